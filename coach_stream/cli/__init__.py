@@ -1,0 +1,1 @@
+"""The ``coach-stream`` command line: one module per command group."""

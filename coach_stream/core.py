@@ -1,0 +1,298 @@
+"""The vocabulary of coach_stream: the records and the small interfaces the loops speak.
+
+Read this module and you know the system. Rollout workers, the trainer and the replay
+tools depend only on these protocols; Kafka, GCS and Nomad are wired in by the entry
+points (``coach_stream.cli``), and in-memory implementations live in
+``coach_stream.testing`` for unit tests.
+
+The write path mirrors the read path::
+
+    # rollout worker                              # trainer
+    policy = source.wait_for(0, timeout=60)       reader.seek(state.positions)
+    with writer:                                  while not done:
+        while not source.finished():                  chunks = reader.read(1024, timeout=0.1)
+            chunk = act(env, policy.weights)          learn(chunks)
+            writer.write(chunk)                       if time_to_publish:
+            newer = source.poll()                         blob = serialize(model)
+            if newer is not None:                         announcer.publish(blob, reader.positions())
+                policy = newer
+
+and a checkpoint store sits between the announcer and the policy source::
+
+    stored = store.put("runs/r1/policies/00000007.pt", blob)   # create-only
+    control.publish(PolicyVersion(version=7, uri=stored.uri, sha256=stored.sha256, ...))
+    ...
+    blob = store.get(version.uri, expected_sha256=version.sha256)  # verified read
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Protocol, Self, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+# --------------------------------------------------------------------------- records
+
+Positions = dict[int, int]
+"""Next offset to read, per partition of one topic: what a trainer checkpoint stores."""
+
+
+@dataclass(frozen=True, eq=False)
+class ExperienceChunk:
+    """Up to T consecutive steps of ONE episode of ONE environment, in columns.
+
+    ``observations`` has T+1 rows: row ``t`` is the observation the action ``t`` was taken
+    in, and the last row is the observation after the last step (the bootstrap
+    observation; when ``terminated[-1]`` it is the terminal observation). A chunk ends
+    early when its episode ends, so ``terminated``/``truncated`` can only be true on the
+    last step. ``log_probs``/``values`` are the behaviour policy's outputs, present for
+    on-policy algorithms. ``episode_return``/``episode_length`` are set on the chunk that
+    ends an episode.
+    """
+
+    run_id: str
+    worker_id: int
+    env_index: int
+    chunk_seq: int  # monotonic per (worker_id, env_index)
+    policy_version: int
+    first_step: int  # index of this chunk's first step within its episode
+    observations: npt.NDArray[np.generic]  # (T+1, *obs_shape)
+    actions: npt.NDArray[np.generic]  # (T, *action_shape)
+    rewards: npt.NDArray[np.float32]  # (T,)
+    terminated: npt.NDArray[np.bool_]  # (T,)
+    truncated: npt.NDArray[np.bool_]  # (T,)
+    log_probs: npt.NDArray[np.float32] | None = None  # (T,)
+    values: npt.NDArray[np.float32] | None = None  # (T,)
+    episode_return: float | None = None
+    episode_length: int | None = None
+    created_at_ms: int = 0
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.rewards.shape[0])
+
+    @property
+    def key(self) -> str:
+        """The Kafka message key: per-environment order is kept by keying on it."""
+        return f"{self.worker_id}/{self.env_index}"
+
+    @property
+    def episode_ended(self) -> bool:
+        return bool(self.num_steps and (self.terminated[-1] or self.truncated[-1]))
+
+    def equals(self, other: ExperienceChunk) -> bool:
+        """Bit-exact equality of every field and every array (dtype and shape included)."""
+        for field in dataclasses.fields(self):
+            mine, theirs = getattr(self, field.name), getattr(other, field.name)
+            if isinstance(mine, np.ndarray) or isinstance(theirs, np.ndarray):
+                if not (
+                    isinstance(mine, np.ndarray)
+                    and isinstance(theirs, np.ndarray)
+                    and mine.dtype == theirs.dtype
+                    and mine.shape == theirs.shape
+                    and mine.tobytes() == theirs.tobytes()
+                ):
+                    return False
+            elif mine != theirs:
+                return False
+        return True
+
+
+@dataclass(frozen=True)
+class PolicyVersion:
+    """Announced on the control topic once the checkpoint at ``uri`` is stored and verified."""
+
+    run_id: str
+    version: int
+    uri: str
+    sha256: str
+    size: int
+    trainer_step: int
+    env_steps: int
+    created_at_ms: int
+
+
+@dataclass(frozen=True)
+class RunFinished:
+    """The last control message of a run: workers exit cleanly when they read it."""
+
+    run_id: str
+    final_version: int
+    reason: str  # "target_reached" | "budget_exhausted" | "stopped" | ...
+    created_at_ms: int
+
+
+ControlMessage = PolicyVersion | RunFinished
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """What a create-only checkpoint write returns."""
+
+    uri: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class LoadedPolicy:
+    """A verified policy version, ready to act with."""
+
+    version: PolicyVersion
+    state_dict: Mapping[str, object]  # torch tensors, loaded with weights_only=True
+
+
+class Mode(enum.StrEnum):
+    SYNC = "sync"  # on-policy: trainer waits for version v's quota, workers wait for v+1
+    ASYNC = "async"  # off-policy: nobody waits
+
+
+# --------------------------------------------------------------------------- protocols
+
+
+class _Closeable(Protocol):
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+@runtime_checkable
+class ExperienceWriter(_Closeable, Protocol):
+    """The write side of the experience log (a rollout worker's only output)."""
+
+    def write(self, chunk: ExperienceChunk) -> None:
+        """Queue one chunk; delivery errors surface on a later call or on flush, never lost."""
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Block until every queued chunk is acknowledged (or raise)."""
+
+
+@runtime_checkable
+class ExperienceReader(_Closeable, Protocol):
+    """The read side: yields decoded chunks, and can save and restore its place."""
+
+    def read(self, max_chunks: int, timeout: float) -> list[ExperienceChunk]:
+        """Up to ``max_chunks`` chunks, waiting at most ``timeout`` seconds for the first."""
+
+    def positions(self) -> Positions:
+        """Next offset per partition: everything before it has been returned by ``read``."""
+
+    def seek(self, positions: Mapping[int, int]) -> None:
+        """Continue from ``positions`` (as returned by ``positions()`` earlier)."""
+
+    def commit(self) -> None:
+        """Record the current positions in the broker, for lag tools (not for resume)."""
+
+
+@runtime_checkable
+class CheckpointStore(Protocol):
+    """Create-only blob store for policies and trainer state (GCS or a local directory)."""
+
+    def uri(self, key: str) -> str:
+        """The full address of ``key`` (``gs://bucket/prefix/key`` or ``file:///dir/key``)."""
+
+    def put(self, key: str, data: bytes) -> StoredObject:
+        """Write ``data`` under ``key`` only if absent; raise ``AlreadyExistsError`` if not."""
+
+    def get(self, uri: str, expected_sha256: str | None = None) -> bytes:
+        """Read an object; raise ``IntegrityError`` if its sha256 differs from the expected."""
+
+    def list(self, prefix: str) -> list[str]:
+        """Keys under ``prefix``, sorted."""
+
+    def delete(self, key: str) -> None: ...
+
+
+@runtime_checkable
+class ControlPublisher(_Closeable, Protocol):
+    """Trainer side of the control topic."""
+
+    def publish(self, message: ControlMessage) -> None:
+        """Append a message and wait until the broker has it."""
+
+
+@runtime_checkable
+class ControlSubscriber(_Closeable, Protocol):
+    """Worker side of the control topic: every message in order, from the beginning."""
+
+    def poll(self, timeout: float) -> list[ControlMessage]:
+        """Messages that arrived since the last call (waiting at most ``timeout``)."""
+
+
+@runtime_checkable
+class PolicySource(Protocol):
+    """Where a rollout worker gets its policy: announcements in, verified weights out."""
+
+    def latest(self, timeout: float) -> LoadedPolicy | None:
+        """Read the control topic to its current end and load the newest version there."""
+
+    def poll(self) -> LoadedPolicy | None:
+        """Non-blocking: a newer verified policy than the last returned one, or None."""
+
+    def wait_for(self, version: int, timeout: float) -> LoadedPolicy:
+        """Block until a version >= ``version`` is loaded (SYNC), or raise TimeoutError."""
+
+    @property
+    def finished(self) -> RunFinished | None:
+        """The RunFinished message once it has been read."""
+
+
+class TaskState(enum.StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    RESTARTING = "restarting"
+    COMPLETE = "complete"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One process of a run: a trainer, a rollout worker or an evaluator."""
+
+    name: str  # "trainer", "rollout-0", "evaluator"
+    group: str  # "trainer" | "rollout" | "evaluator"
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    restart: bool = True  # restart with backoff when it crashes
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    run_id: str
+    tasks: tuple[TaskSpec, ...]
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    name: str
+    state: TaskState
+    pid: int | None
+    restarts: int
+    exit_code: int | None
+
+
+@runtime_checkable
+class Orchestrator(Protocol):
+    """Starts and supervises a run's processes (local subprocesses or a Nomad job)."""
+
+    def submit(self, spec: RunSpec) -> None: ...
+
+    def status(self, run_id: str) -> list[TaskStatus]: ...
+
+    def logs(self, run_id: str, task: str | None = None) -> Iterator[str]: ...
+
+    def stop(self, run_id: str) -> None: ...

@@ -1,0 +1,43 @@
+"""One exception root. Every error a user can hit says the cause and the fix in one sentence.
+
+The CLI turns any ``CoachStreamError`` into that sentence and a non-zero exit code, never a
+bare traceback.
+"""
+
+from __future__ import annotations
+
+
+class CoachStreamError(Exception):
+    """Root of every error coach_stream raises on purpose."""
+
+
+class ConfigError(CoachStreamError):
+    """A preset, flag or environment value is invalid."""
+
+
+class ServiceUnavailableError(CoachStreamError):
+    """Kafka, GCS or Nomad could not be reached, or a local service failed to start."""
+
+
+class DecodeError(CoachStreamError):
+    """A record on the wire is not a valid message of a known schema."""
+
+
+class DeliveryError(CoachStreamError):
+    """The broker did not acknowledge a produced record."""
+
+
+class CheckpointError(CoachStreamError):
+    """A checkpoint could not be written, read or verified."""
+
+
+class AlreadyExistsError(CheckpointError):
+    """A create-only write found the key already present."""
+
+
+class IntegrityError(CheckpointError):
+    """A checkpoint's bytes do not match the announced sha256 or cannot be loaded."""
+
+
+class OrchestratorError(CoachStreamError):
+    """The orchestrator refused or lost a run."""
