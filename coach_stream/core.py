@@ -128,7 +128,27 @@ class RunFinished:
     created_at_ms: int
 
 
-ControlMessage = PolicyVersion | RunFinished
+@dataclass(frozen=True)
+class EvaluationReport:
+    """Greedy-policy returns measured by the evaluator; the trainer ends the run on it.
+
+    It travels on the control topic so that the trainer (which decides when a run is
+    done), ``coach-stream status`` and a detached launcher all see the same evidence.
+    Rollout workers ignore it.
+    """
+
+    run_id: str
+    policy_version: int
+    env_steps: int  # env steps the trainer had consumed when it published policy_version
+    returns: tuple[float, ...]  # the episodes played with policy_version, in order
+    created_at_ms: int
+
+    @property
+    def mean_return(self) -> float:
+        return sum(self.returns) / len(self.returns) if self.returns else float("nan")
+
+
+ControlMessage = PolicyVersion | RunFinished | EvaluationReport
 
 
 @dataclass(frozen=True)
