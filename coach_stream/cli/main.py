@@ -15,7 +15,7 @@ from rich.console import Console
 from coach_stream import __version__
 from coach_stream.errors import CoachStreamError
 
-_GROUPS: tuple[str, ...] = ()
+_GROUPS: tuple[str, ...] = ("stack",)
 
 app = typer.Typer(
     name="coach-stream",
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if isinstance(error, click.ClickException):
             error.show()
-            return error.exit_code
+            return int(error.exit_code)
         raise
     return 0
 

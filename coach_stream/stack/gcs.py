@@ -1,0 +1,109 @@
+"""fake-gcs-server on 127.0.0.1: the GCS JSON API that the real google-cloud-storage client
+reaches through ``STORAGE_EMULATOR_HOST``.
+
+Built once with ``go install`` from the Go module proxy into the cache. Unlike the PyPI
+``gcp-storage-emulator``, it enforces generation preconditions (``if_generation_match=0``),
+which create-only checkpoint writes depend on.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from coach_stream.errors import ServiceUnavailableError
+from coach_stream.stack import processes
+from coach_stream.stack.processes import ProcessRecord
+
+FAKE_GCS_MODULE = "github.com/fsouza/fake-gcs-server"
+FAKE_GCS_VERSION = "v1.55.0"
+
+
+def binary_path(bin_dir: Path) -> Path:
+    return bin_dir / FAKE_GCS_VERSION / "fake-gcs-server"
+
+
+def provision(bin_dir: Path, log: Path) -> Path:
+    """``go install`` the pinned fake-gcs-server into the cache (once)."""
+    binary = binary_path(bin_dir)
+    if binary.exists():
+        return binary
+    go = shutil.which("go")
+    if go is None:
+        raise ServiceUnavailableError(
+            "Go was not found on PATH; it is needed once to build fake-gcs-server "
+            "(install Go 1.22 or newer, e.g. `apt-get install golang`)."
+        )
+    staging = binary.parent.with_name(binary.parent.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    env = dict(os.environ, GOBIN=str(staging), CGO_ENABLED="0")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        result = subprocess.run(
+            [go, "install", f"{FAKE_GCS_MODULE}@{FAKE_GCS_VERSION}"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            check=False,
+        )
+    if result.returncode != 0:
+        raise ServiceUnavailableError(
+            f"`go install {FAKE_GCS_MODULE}@{FAKE_GCS_VERSION}` failed (exit {result.returncode}); "
+            f"check access to the Go module proxy and see {log}:\n{processes.tail(log)}"
+        )
+    shutil.rmtree(binary.parent, ignore_errors=True)
+    staging.rename(binary.parent)
+    return binary
+
+
+def start(binary: Path, port: int, log: Path) -> ProcessRecord:
+    argv = [
+        str(binary),
+        "-scheme",
+        "http",
+        "-host",
+        "127.0.0.1",
+        "-port",
+        str(port),
+        "-public-host",
+        f"127.0.0.1:{port}",
+        "-backend",
+        "memory",
+        "-log-level",
+        "warn",
+    ]
+    return processes.spawn(argv, log)
+
+
+def endpoint(port: int) -> str:
+    return f"http://127.0.0.1:{port}"
+
+
+def is_healthy(url: str, timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/storage/v1/b", timeout=timeout) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def wait_ready(record: ProcessRecord, url: str, log: Path, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not record.is_alive():
+            raise ServiceUnavailableError(
+                f"fake-gcs-server exited during start-up; its last log lines ({log}):\n"
+                f"{processes.tail(log)}"
+            )
+        if is_healthy(url, timeout=1.0):
+            return
+        time.sleep(0.05)  # polling an HTTP port: there is no event to wait on
+    raise ServiceUnavailableError(
+        f"fake-gcs-server at {url} did not answer within {timeout:.0f} s; see {log}."
+    )

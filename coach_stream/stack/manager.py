@@ -1,0 +1,218 @@
+"""The single-machine stack: Kafka and fake-gcs-server as local processes on 127.0.0.1.
+
+``up`` is idempotent: services already healthy are left alone, missing ones are provisioned
+(first time only) and started. Ports are chosen free on the first ``up`` and kept with the
+Kafka log directory, so experience topics survive ``down``/``up`` (offline replay needs
+them); ``down --purge`` discards the data. ``down`` stops only processes this stack
+started, identified by pid and kernel start time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from coach_stream.errors import ServiceUnavailableError
+from coach_stream.stack import gcs, kafka, processes
+from coach_stream.stack.processes import ProcessRecord
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    name: str
+    address: str
+    pid: int | None
+    running: bool
+    healthy: bool
+    detail: str
+
+
+class LocalStack:
+    """Provisions, starts and stops the stack's services; state lives under ``cache_dir``."""
+
+    def __init__(self, cache_dir: Path) -> None:
+        self.cache_dir = cache_dir
+        self.home = cache_dir / "stack"
+        self.kafka_layout = kafka.KafkaLayout(
+            libs=cache_dir / "kafka" / kafka.KAFKA_VERSION / "libs", home=self.home / "kafka"
+        )
+        self.gcs_bin_dir = cache_dir / "bin" / "fake-gcs-server"
+        self.state_file = self.home / "state.json"
+        self.provision_log = self.home / "provision.log"
+        self.gcs_log = self.home / "fake-gcs-server.log"
+
+    # ------------------------------------------------------------------ state
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            data: dict[str, Any] = json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data
+
+    def _save(self, state: dict[str, Any]) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2, sort_keys=True))
+        tmp.replace(self.state_file)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[dict[str, Any]]:
+        """Serialize stack changes between concurrent CLI calls; yields the mutable state."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        with (self.home / ".lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            state = self._load()
+            try:
+                yield state
+            finally:
+                self._save(state)
+
+    @staticmethod
+    def _record(entry: dict[str, Any] | None) -> ProcessRecord | None:
+        if not entry or "pid" not in entry:
+            return None
+        return ProcessRecord.from_json(entry)
+
+    # ------------------------------------------------------------------ addresses
+
+    def kafka_bootstrap(self) -> str | None:
+        entry = self._load().get("kafka", {})
+        return f"127.0.0.1:{entry['broker_port']}" if "broker_port" in entry else None
+
+    def gcs_endpoint(self) -> str | None:
+        entry = self._load().get("gcs", {})
+        return gcs.endpoint(entry["port"]) if "port" in entry else None
+
+    def env(self) -> dict[str, str]:
+        """The variables clients need; empty entries are left out."""
+        result: dict[str, str] = {}
+        if (bootstrap := self.kafka_bootstrap()) is not None:
+            result["KAFKA_BOOTSTRAP_SERVERS"] = bootstrap
+        if (endpoint := self.gcs_endpoint()) is not None:
+            result["STORAGE_EMULATOR_HOST"] = endpoint
+        return result
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def up(self, kafka_enabled: bool = True, gcs_enabled: bool = True) -> None:
+        with self._locked() as state:
+            if kafka_enabled:
+                state["kafka"] = self._up_kafka(state.get("kafka", {}))
+            if gcs_enabled:
+                state["gcs"] = self._up_gcs(state.get("gcs", {}))
+
+    def _up_kafka(self, entry: dict[str, Any]) -> dict[str, Any]:
+        record = self._record(entry)
+        if record is not None and record.is_alive():
+            bootstrap = f"127.0.0.1:{entry['broker_port']}"
+            kafka.wait_ready(record, self.kafka_layout, bootstrap)
+            return entry
+        kafka.find_java()
+        kafka.provision(self.kafka_layout.libs, self.provision_log)
+        formatted = (self.kafka_layout.data / "meta.properties").exists()
+        if formatted and "broker_port" in entry:
+            broker_port, controller_port = entry["broker_port"], entry["controller_port"]
+            processes.require_free_port(broker_port, "the Kafka broker")
+            processes.require_free_port(controller_port, "the Kafka controller")
+        else:
+            shutil.rmtree(self.kafka_layout.data, ignore_errors=True)
+            broker_port, controller_port = processes.free_port(), processes.free_port()
+        kafka.configure(self.kafka_layout, broker_port, controller_port)
+        record = kafka.start(self.kafka_layout)
+        entry = {
+            **record.to_json(),
+            "broker_port": broker_port,
+            "controller_port": controller_port,
+        }
+        try:
+            kafka.wait_ready(record, self.kafka_layout, f"127.0.0.1:{broker_port}")
+        except ServiceUnavailableError:
+            processes.stop(record)
+            raise
+        return entry
+
+    def _up_gcs(self, entry: dict[str, Any]) -> dict[str, Any]:
+        record = self._record(entry)
+        if record is not None and record.is_alive():
+            gcs.wait_ready(record, gcs.endpoint(entry["port"]), self.gcs_log)
+            return entry
+        binary = gcs.provision(self.gcs_bin_dir, self.provision_log)
+        port = entry.get("port")
+        if port is None or not processes.port_is_free(port):
+            port = processes.free_port()
+        record = gcs.start(binary, port, self.gcs_log)
+        try:
+            gcs.wait_ready(record, gcs.endpoint(port), self.gcs_log)
+        except ServiceUnavailableError:
+            processes.stop(record)
+            raise
+        return {**record.to_json(), "port": port}
+
+    def down(self, purge: bool = False) -> list[str]:
+        """Stop what this stack started; returns the names of the services it stopped."""
+        stopped: list[str] = []
+        with self._locked() as state:
+            for name in ("gcs", "kafka"):
+                entry = state.get(name, {})
+                record = self._record(entry)
+                if record is not None and record.is_alive():
+                    processes.stop(record)
+                    stopped.append(name)
+                for key in ("pid", "start_time"):
+                    entry.pop(key, None)
+            if purge:
+                shutil.rmtree(self.kafka_layout.home, ignore_errors=True)
+                state.clear()
+        return stopped
+
+    def stop_kafka(self) -> None:
+        """Stop only the broker, keeping its data and ports (``up`` starts it again)."""
+        with self._locked() as state:
+            entry = state.get("kafka", {})
+            record = self._record(entry)
+            if record is not None:
+                processes.stop(record)
+            for key in ("pid", "start_time"):
+                entry.pop(key, None)
+
+    def status(self) -> list[ServiceStatus]:
+        state = self._load()
+        result = []
+        kafka_entry = state.get("kafka", {})
+        record = self._record(kafka_entry)
+        bootstrap = self.kafka_bootstrap()
+        running = record is not None and record.is_alive()
+        healthy = running and bootstrap is not None and kafka.is_healthy(bootstrap)
+        result.append(
+            ServiceStatus(
+                name=f"kafka {kafka.KAFKA_VERSION}",
+                address=bootstrap or "-",
+                pid=record.pid if running and record else None,
+                running=running,
+                healthy=healthy,
+                detail=str(self.kafka_layout.log),
+            )
+        )
+        gcs_entry = state.get("gcs", {})
+        record = self._record(gcs_entry)
+        endpoint = self.gcs_endpoint()
+        running = record is not None and record.is_alive()
+        healthy = running and endpoint is not None and gcs.is_healthy(endpoint)
+        result.append(
+            ServiceStatus(
+                name=f"fake-gcs-server {gcs.FAKE_GCS_VERSION}",
+                address=endpoint or "-",
+                pid=record.pid if running and record else None,
+                running=running,
+                healthy=healthy,
+                detail=str(self.gcs_log),
+            )
+        )
+        return result
