@@ -41,3 +41,19 @@ class IntegrityError(CheckpointError):
 
 class OrchestratorError(CoachStreamError):
     """The orchestrator refused or lost a run."""
+
+
+class EncodeError(CoachStreamError):
+    """A value cannot be written on the wire (wrong type, dtype or shape)."""
+
+
+class CheckpointNotFoundError(CheckpointError):
+    """A checkpoint that should exist is missing (deleted by retention, or never written)."""
+
+
+class StoreUnavailableError(CheckpointError, ServiceUnavailableError):
+    """The checkpoint store kept failing with transient errors until the retries ran out."""
+
+
+class RunEndedError(CoachStreamError):
+    """The run finished while a worker was still waiting for a newer policy version."""
