@@ -1,0 +1,233 @@
+"""Presets: one validated, frozen description of a training run.
+
+A preset is a YAML file (built-in ones live in ``coach_stream/presets``) validated once at
+the edge by these pydantic models and then passed down unchanged. Unknown keys are errors
+that name the key, because a misspelt hyperparameter that is silently ignored costs a
+whole training run to discover.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from coach_stream.core import Mode
+from coach_stream.errors import ConfigError
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class NetworkConfig(_Frozen):
+    """The MLP torso shared by the actor-critic and the Q-network."""
+
+    hidden_sizes: tuple[int, ...] = Field(default=(64, 64), min_length=1)
+    activation: Literal["tanh", "relu"] = "tanh"
+
+
+class RolloutConfig(_Frozen):
+    """How one rollout worker steps its environments and cuts experience into chunks."""
+
+    num_envs: int = Field(default=8, ge=1, le=1024)
+    """Environments per worker, stepped as one gymnasium vector env (batched inference)."""
+    chunk_steps: int = Field(default=32, ge=1, le=4096)
+    """T: at most this many steps per ExperienceChunk (a chunk also ends with its episode)."""
+    policy_wait_s: float = Field(default=120.0, gt=0)
+    """How long a worker waits for the trainer's first policy before giving up."""
+    sync_wait_s: float = Field(default=2.0, gt=0)
+    """SYNC: how long a worker waits for v+1 before acting another share with v (a worker
+    that died leaves its share to the others this way)."""
+
+
+class PPOConfig(_Frozen):
+    """Proximal Policy Optimization (CleanRL names; rl-zoo values for the presets)."""
+
+    num_steps: int = Field(default=32, ge=1)
+    """Steps per environment a worker acts with each policy version (its share)."""
+    steps_per_update: int | None = Field(default=None, ge=1)
+    """SYNC quota of steps of version v; default workers * num_envs * num_steps."""
+    learning_rate: float = Field(default=1e-3, gt=0)
+    anneal_lr: bool = True
+    """Decay the learning rate linearly to 0 over ``anneal_steps`` env steps."""
+    anneal_steps: int | None = Field(default=None, ge=1)
+    """Default: the preset's env_step_budget."""
+    gamma: float = Field(default=0.98, gt=0, le=1)
+    gae_lambda: float = Field(default=0.8, ge=0, le=1)
+    minibatch_size: int = Field(default=256, ge=1)
+    """Steps per gradient step; the quota is split into ceil(quota / minibatch_size)."""
+    update_epochs: int = Field(default=20, ge=1)
+    norm_adv: bool = True
+    clip_coef: float = Field(default=0.2, gt=0)
+    clip_vloss: bool = False
+    ent_coef: float = Field(default=0.0, ge=0)
+    vf_coef: float = Field(default=0.5, ge=0)
+    max_grad_norm: float = Field(default=0.5, gt=0)
+    target_kl: float | None = None
+
+
+class DQNConfig(_Frozen):
+    """Deep Q-learning with double-Q targets, a replay buffer and a samples-per-insert limit."""
+
+    learning_rate: float = Field(default=2.3e-3, gt=0)
+    buffer_size: int = Field(default=100_000, ge=1)
+    batch_size: int = Field(default=64, ge=1)
+    gamma: float = Field(default=0.99, gt=0, le=1)
+    learning_starts: int = Field(default=1_000, ge=0)
+    """Env steps in the buffer before the first gradient step."""
+    samples_per_insert: float = Field(default=32.0, gt=0)
+    """Sampled transitions per inserted transition (Reverb's limiter; rl-zoo: 128*64/256)."""
+    spi_tolerance: float = Field(default=2_048.0, ge=0)
+    """Slack, in samples, before the limiter makes the trainer stop sampling or reading."""
+    target_update_every: int = Field(default=128, ge=1)
+    """Gradient steps between target-network syncs."""
+    tau: float = Field(default=1.0, gt=0, le=1)
+    double_q: bool = True
+    publish_every: int = Field(default=128, ge=1)
+    """Gradient steps between policy versions."""
+    exploration_initial_eps: float = Field(default=1.0, ge=0, le=1)
+    exploration_final_eps: float = Field(default=0.04, ge=0, le=1)
+    exploration_steps: int = Field(default=8_000, ge=1)
+    """Env steps (as counted by the trainer) over which epsilon decays linearly."""
+    max_grad_norm: float = Field(default=10.0, gt=0)
+
+
+class TrainerConfig(_Frozen):
+    """Trainer-side bookkeeping that is independent of the algorithm."""
+
+    read_batch: int = Field(default=256, ge=1)
+    """Chunks per ``ExperienceReader.read`` call."""
+    checkpoint_every: int = Field(default=1, ge=1)
+    """Policy versions between trainer-state checkpoints (PPO needs 1 for exact resume)."""
+    keep_policies: int = Field(default=5, ge=1)
+    """Policy checkpoints kept in the store; older ones are deleted (the newest never)."""
+    log_every_s: float = Field(default=1.0, gt=0)
+
+
+class Preset(_Frozen):
+    """Everything a run needs except where its services are (those come from flags)."""
+
+    name: str
+    env_id: str
+    algorithm: Literal["ppo", "dqn"]
+    mode: Mode
+    target_return: float
+    """The run ends when the mean of the last ``eval_episodes`` greedy returns reaches it."""
+    eval_episodes: int = Field(default=20, ge=1)
+    env_step_budget: int = Field(ge=1)
+    """The run ends (unsolved) after the trainer has consumed this many env steps."""
+    seed: int = Field(default=1, ge=0)
+    network: NetworkConfig = Field(default_factory=NetworkConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    ppo: PPOConfig | None = None
+    dqn: DQNConfig | None = None
+
+    @model_validator(mode="after")
+    def _algorithm_matches(self) -> Preset:
+        if self.algorithm == "ppo" and self.ppo is None:
+            raise ValueError("algorithm 'ppo' needs a 'ppo:' section")
+        if self.algorithm == "dqn" and self.dqn is None:
+            raise ValueError("algorithm 'dqn' needs a 'dqn:' section")
+        if self.algorithm == "ppo" and self.mode is not Mode.SYNC:
+            raise ValueError("PPO is on-policy and runs only in mode 'sync'")
+        return self
+
+    @property
+    def ppo_config(self) -> PPOConfig:
+        if self.ppo is None:
+            raise ConfigError(f"Preset {self.name!r} has no 'ppo:' section; add one.")
+        return self.ppo
+
+    @property
+    def dqn_config(self) -> DQNConfig:
+        if self.dqn is None:
+            raise ConfigError(f"Preset {self.name!r} has no 'dqn:' section; add one.")
+        return self.dqn
+
+    def steps_per_update(self, workers: int) -> int:
+        """PPO's SYNC quota: explicit, or every worker's share of one version."""
+        ppo = self.ppo_config
+        if ppo.steps_per_update is not None:
+            return ppo.steps_per_update
+        return max(1, workers) * self.rollout.num_envs * ppo.num_steps
+
+
+def builtin_presets() -> list[str]:
+    """Names accepted by ``load_preset`` besides paths."""
+    folder = resources.files("coach_stream") / "presets"
+    names = (p.name for p in folder.iterdir())
+    return sorted(n.removesuffix(".yaml") for n in names if n.endswith(".yaml"))
+
+
+def _read_yaml(name_or_path: str) -> tuple[dict[str, Any], str]:
+    path = Path(name_or_path)
+    if name_or_path.endswith((".yaml", ".yml")) or path.exists():
+        if not path.is_file():
+            raise ConfigError(f"Preset file {name_or_path!r} does not exist; check the path.")
+        text, where = path.read_text(encoding="utf-8"), str(path)
+    else:
+        resource = resources.files("coach_stream") / "presets" / f"{name_or_path}.yaml"
+        if not resource.is_file():
+            known = ", ".join(builtin_presets())
+            raise ConfigError(
+                f"Unknown preset {name_or_path!r}; use one of {known} or a path to a YAML file."
+            )
+        text, where = resource.read_text(encoding="utf-8"), name_or_path
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ConfigError(f"Preset {where!r} is not valid YAML ({error}); fix the file.") from error
+    if not isinstance(data, dict):
+        raise ConfigError(f"Preset {where!r} must be a YAML mapping; fix the file.")
+    data.setdefault("name", path.stem if path.suffix else name_or_path)
+    return data, where
+
+
+def apply_override(data: dict[str, Any], override: str) -> None:
+    """Set ``a.b=value`` in a nested mapping; the value is parsed as YAML (``3``, ``true``)."""
+    key, sep, raw = override.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"Override {override!r} is not of the form key=value; fix the flag.")
+    parts = key.strip().split(".")
+    node = data
+    for part in parts[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"Override {override!r}: {part!r} is not a section; fix the key.")
+        node = child
+    try:
+        node[parts[-1]] = yaml.safe_load(raw)
+    except yaml.YAMLError as error:
+        raise ConfigError(f"Override {override!r} has an unparsable value; quote it.") from error
+
+
+def _describe(error: ValidationError, where: str) -> ConfigError:
+    first = error.errors()[0]
+    key = ".".join(str(part) for part in first["loc"]) or "<root>"
+    if first["type"] == "extra_forbidden":
+        return ConfigError(f"Unknown key {key!r} in preset {where!r}; remove or correct it.")
+    return ConfigError(f"Invalid value for {key!r} in preset {where!r}: {first['msg']}; fix it.")
+
+
+def preset_from_mapping(data: Mapping[str, Any], where: str = "<mapping>") -> Preset:
+    """Validate a preset already parsed from YAML (or built in a test)."""
+    try:
+        return Preset.model_validate(dict(data))
+    except ValidationError as error:
+        raise _describe(error, where) from None
+
+
+def load_preset(name_or_path: str, overrides: Sequence[str] = ()) -> Preset:
+    """A built-in preset by name (``cartpole-ppo``) or a YAML path, with ``a.b=v`` overrides."""
+    data, where = _read_yaml(name_or_path)
+    for override in overrides:
+        apply_override(data, override)
+    return preset_from_mapping(data, where)
