@@ -1,0 +1,116 @@
+"""``core.ExperienceChunk`` <-> Avro ``io.coachstream.ExperienceChunk`` single-object bytes.
+
+The column invariants of a chunk (T+1 observations, T of everything else, float32 rewards,
+bool flags that can only be set on the last step) are checked on both sides: a writer
+learns about a malformed chunk where it is made, a reader never hands one to a learner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from coach_stream.codec import tensors
+from coach_stream.codec.avro import SingleObjectCodec
+from coach_stream.codec.registry import SchemaRegistry, SchemaVersion
+from coach_stream.core import ExperienceChunk
+from coach_stream.errors import CoachStreamError, DecodeError, EncodeError
+
+CHUNK_SCHEMA = "io.coachstream.ExperienceChunk"
+_ARRAYS = ("observations", "actions", "rewards", "terminated", "truncated")
+_OPTIONAL_ARRAYS = ("log_probs", "values")
+_INT_FIELDS = ("worker_id", "env_index", "chunk_seq", "policy_version", "first_step")
+
+
+def check_chunk(chunk: ExperienceChunk, error: type[CoachStreamError]) -> None:
+    """Raise ``error`` naming the first column that breaks the chunk's invariants."""
+    steps = chunk.rewards.shape[0] if chunk.rewards.ndim == 1 else -1
+
+    def fail(message: str) -> None:
+        raise error(f"Inconsistent ExperienceChunk (worker {chunk.worker_id}, env "
+                    f"{chunk.env_index}, seq {chunk.chunk_seq}): {message}.")
+
+    if steps < 0:
+        fail(f"rewards must have shape (T,), got {chunk.rewards.shape}")
+    for name in _INT_FIELDS:
+        if getattr(chunk, name) < 0:
+            fail(f"{name} is negative")
+    expected: list[tuple[str, npt.NDArray[Any] | None, int, np.dtype[Any] | None]] = [
+        ("observations", chunk.observations, steps + 1, None),
+        ("actions", chunk.actions, steps, None),
+        ("rewards", chunk.rewards, steps, np.dtype(np.float32)),
+        ("terminated", chunk.terminated, steps, np.dtype(np.bool_)),
+        ("truncated", chunk.truncated, steps, np.dtype(np.bool_)),
+        ("log_probs", chunk.log_probs, steps, np.dtype(np.float32)),
+        ("values", chunk.values, steps, np.dtype(np.float32)),
+    ]
+    for name, array, rows, dtype in expected:
+        if array is None:
+            continue
+        if array.ndim == 0 or array.shape[0] != rows:
+            fail(f"{name} must have {rows} rows, got shape {array.shape}")
+        if dtype is not None and (array.dtype != dtype or array.ndim != 1):
+            fail(f"{name} must be {dtype.name} of shape ({rows},), got {array.dtype}{array.shape}")
+    if steps > 1 and (chunk.terminated[:-1].any() or chunk.truncated[:-1].any()):
+        fail("terminated/truncated is set before the last step (a chunk holds one episode)")
+
+
+class ChunkCodec:
+    """Encodes with the newest ExperienceChunk schema; decodes every registered version."""
+
+    def __init__(self, registry: SchemaRegistry | None = None,
+                 reader: SchemaVersion | None = None) -> None:
+        registry = registry or SchemaRegistry.load()
+        self._codec = SingleObjectCodec(registry, reader or registry.latest(CHUNK_SCHEMA))
+
+    def encode(self, chunk: ExperienceChunk) -> bytes:
+        check_chunk(chunk, EncodeError)
+        record: dict[str, Any] = {
+            "run_id": chunk.run_id,
+            "worker_id": chunk.worker_id,
+            "env_index": chunk.env_index,
+            "chunk_seq": chunk.chunk_seq,
+            "policy_version": chunk.policy_version,
+            "first_step": chunk.first_step,
+            "episode_return": chunk.episode_return,
+            "episode_length": chunk.episode_length,
+            "created_at_ms": chunk.created_at_ms,
+        }
+        for name in _ARRAYS:
+            record[name] = tensors.to_avro(getattr(chunk, name), name)
+        for name in _OPTIONAL_ARRAYS:
+            value = getattr(chunk, name)
+            record[name] = None if value is None else tensors.to_avro(value, name)
+        return self._codec.encode(record)
+
+    def decode(self, data: bytes) -> ExperienceChunk:
+        record = self._codec.decode(data)
+        from_avro = tensors.from_avro
+        log_probs, values = record["log_probs"], record["values"]
+        chunk = ExperienceChunk(
+            run_id=record["run_id"],
+            worker_id=record["worker_id"],
+            env_index=record["env_index"],
+            chunk_seq=record["chunk_seq"],
+            policy_version=record["policy_version"],
+            first_step=record["first_step"],
+            observations=from_avro(record["observations"], "observations"),
+            actions=from_avro(record["actions"], "actions"),
+            rewards=from_avro(record["rewards"], "rewards"),
+            terminated=from_avro(record["terminated"], "terminated"),
+            truncated=from_avro(record["truncated"], "truncated"),
+            log_probs=None if log_probs is None else from_avro(log_probs, "log_probs"),
+            values=None if values is None else from_avro(values, "values"),
+            episode_return=record["episode_return"],
+            episode_length=record["episode_length"],
+            created_at_ms=record["created_at_ms"],
+        )
+        check_chunk(chunk, DecodeError)
+        return chunk
+
+
+Encoder = Callable[[ExperienceChunk], bytes]
+Decoder = Callable[[bytes], ExperienceChunk]
