@@ -1,0 +1,138 @@
+"""Actors: a network plus the acting rule, loaded from a verified policy version.
+
+A rollout worker holds one actor and calls ``act`` once per vector-env step with the whole
+batch of observations (one forward pass for all envs). PPO samples from its categorical
+policy and reports the behaviour log-prob and value; DQN acts epsilon-greedily, with an
+epsilon derived from the env steps the trainer had consumed when it published the version
+(so every worker follows the same schedule without talking to the others). ``greedy``
+actors (the evaluator) take the arg-max and never explore.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from coach_stream.config import DQNConfig, Preset
+from coach_stream.core import LoadedPolicy
+from coach_stream.envs import EnvShape
+from coach_stream.errors import IntegrityError
+from coach_stream.policies.networks import ActorCritic, QNetwork
+
+
+@dataclass(frozen=True)
+class Action:
+    """One step's actions for every env, with the behaviour columns on-policy learning needs."""
+
+    actions: npt.NDArray[np.int64]
+    log_probs: npt.NDArray[np.float32] | None = None
+    values: npt.NDArray[np.float32] | None = None
+
+
+class Actor(Protocol):
+    """What the rollout loop needs from a policy."""
+
+    version: int
+
+    def load(self, policy: LoadedPolicy) -> None:
+        """Swap in new weights (raises ``IntegrityError`` and keeps the old ones if bad)."""
+
+    def act(self, obs: npt.NDArray[np.generic]) -> Action: ...
+
+
+def _load_into(module: torch.nn.Module, state_dict: Mapping[str, object], version: int) -> None:
+    try:
+        module.load_state_dict(dict(state_dict), strict=True)
+    except (RuntimeError, TypeError, KeyError) as error:
+        raise IntegrityError(
+            f"Policy version {version} does not fit this network ({error}); the preset's "
+            "network must match the trainer's."
+        ) from error
+
+
+class PPOActor:
+    """Samples from the actor-critic's categorical policy (or its mode when greedy)."""
+
+    def __init__(self, net: ActorCritic, greedy: bool, seed: int) -> None:
+        self.net, self.greedy, self.version = net, greedy, -1
+        self._generator = torch.Generator().manual_seed(seed)
+
+    def load(self, policy: LoadedPolicy) -> None:
+        _load_into(self.net, policy.state_dict, policy.version.version)
+        self.version = policy.version.version
+
+    @torch.no_grad()
+    def act(self, obs: npt.NDArray[np.generic]) -> Action:
+        x = torch.as_tensor(obs, dtype=torch.float32)
+        logits = self.net.actor(x.flatten(1))
+        if self.greedy:
+            return Action(actions=logits.argmax(-1).numpy().astype(np.int64))
+        log_p = torch.log_softmax(logits, dim=-1)
+        actions = torch.multinomial(log_p.exp(), 1, generator=self._generator).squeeze(-1)
+        return Action(
+            actions=actions.numpy().astype(np.int64),
+            log_probs=log_p.gather(-1, actions[:, None]).squeeze(-1).numpy().astype(np.float32),
+            values=self.net.get_value(x).numpy().astype(np.float32),
+        )
+
+
+def epsilon(config: DQNConfig, env_steps: int) -> float:
+    """Linear decay from the initial to the final epsilon over ``exploration_steps``."""
+    fraction = min(1.0, env_steps / config.exploration_steps)
+    start, end = config.exploration_initial_eps, config.exploration_final_eps
+    return start + fraction * (end - start)
+
+
+class DQNActor:
+    """Epsilon-greedy on Q; epsilon follows the trainer's env-step count in the version."""
+
+    def __init__(self, net: QNetwork, config: DQNConfig, greedy: bool, seed: int) -> None:
+        self.net, self.config, self.greedy, self.version = net, config, greedy, -1
+        self._rng = np.random.default_rng(seed)
+        self._trainer_env_steps = 0
+        self._own_steps = 0  # steps since the last load: epsilon keeps decaying between versions
+
+    def load(self, policy: LoadedPolicy) -> None:
+        _load_into(self.net, policy.state_dict, policy.version.version)
+        self.version = policy.version.version
+        self._trainer_env_steps, self._own_steps = policy.version.env_steps, 0
+
+    @property
+    def epsilon(self) -> float:
+        if self.greedy:
+            return 0.0
+        return epsilon(self.config, self._trainer_env_steps + self._own_steps)
+
+    @torch.no_grad()
+    def act(self, obs: npt.NDArray[np.generic]) -> Action:
+        n = obs.shape[0]
+        eps = self.epsilon
+        self._own_steps += n
+        if eps >= 1.0:
+            uniform = self._rng.integers(0, self._num_actions(), size=n, dtype=np.int64)
+            return Action(actions=np.asarray(uniform, dtype=np.int64))
+        q = self.net(torch.as_tensor(obs, dtype=torch.float32))
+        actions = q.argmax(-1).numpy().astype(np.int64)
+        if eps > 0.0:
+            explore = self._rng.random(n) < eps
+            random_actions = self._rng.integers(0, q.shape[-1], n, dtype=np.int64)
+            actions = np.where(explore, random_actions, actions)
+        return Action(actions=actions)
+
+    def _num_actions(self) -> int:
+        last = self.net.net[-1]
+        assert isinstance(last, torch.nn.Linear)
+        return int(last.out_features)
+
+
+def build_actor(preset: Preset, shape: EnvShape, greedy: bool, seed: int) -> Actor:
+    """The actor for ``preset.algorithm`` with freshly initialised weights (replaced on load)."""
+    torch.manual_seed(seed)
+    if preset.algorithm == "ppo":
+        return PPOActor(ActorCritic(shape, preset.network), greedy, seed)
+    return DQNActor(QNetwork(shape, preset.network), preset.dqn_config, greedy, seed)
