@@ -1,0 +1,46 @@
+# One command for each thing a person does on a fresh machine. See README.md.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup test unit check stack-up stack-down demo bench-quick clean
+
+# A virtual environment with the package and its dev tools. pip's cache keeps torch (large)
+# from being downloaded twice; the stamp keeps a second `make` from reinstalling at all.
+setup: $(STAMP)
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed: set PYTHON=python3.11")'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --progress-bar off -e '.[dev]'
+	touch $(STAMP)
+
+# The whole suite against real services: starts the stack if it is not running, and stops
+# it afterwards only if this command started it.
+test: setup
+	bash scripts/with-stack.sh $(BIN)/pytest tests -q
+
+unit: setup
+	$(BIN)/pytest tests/unit -q
+
+check: setup
+	$(BIN)/ruff check coach_stream tests bench
+	$(BIN)/ruff format --check coach_stream tests bench
+	$(BIN)/mypy coach_stream
+
+stack-up: setup
+	$(BIN)/coach-stream stack up
+
+stack-down:
+	$(BIN)/coach-stream stack down
+
+# The main job: a real distributed run on the local stack.
+demo: setup
+	bash scripts/with-stack.sh bash scripts/demo.sh
+
+bench-quick: setup
+	bash scripts/with-stack.sh bash -c 'for b in bench/*.py; do $(BIN)/python $$b --quick; done'
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
