@@ -1,0 +1,88 @@
+"""Checkpoint stores: create-only, hash-verified blobs for policies and trainer state.
+
+``open_store`` turns the address a user configures into a store::
+
+    open_store("gs://my-bucket/experiments")              # real GCS, default credentials
+    open_store("gs://ckpt", gcs_emulator_host="http://127.0.0.1:4443")  # fake-gcs-server
+    open_store("file:///var/lib/coach/ckpt")               # a local (or NFS) directory
+    open_store("./checkpoints")                            # a plain path: same as file://
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from coach_stream.checkpoints.gcs import GcsCheckpointStore
+from coach_stream.checkpoints.keys import (
+    policies_prefix,
+    policy_key,
+    sha256_hex,
+    trainer_key,
+    trainer_prefix,
+    version_of,
+)
+from coach_stream.checkpoints.local import LocalCheckpointStore
+from coach_stream.checkpoints.retention import prune_policies, stored_policy_versions
+from coach_stream.checkpoints.retry import RetryPolicy
+from coach_stream.checkpoints.serialization import policy_from_bytes, policy_to_bytes
+from coach_stream.errors import ConfigError
+
+__all__ = [
+    "GcsCheckpointStore",
+    "LocalCheckpointStore",
+    "RetryPolicy",
+    "open_store",
+    "policies_prefix",
+    "policy_from_bytes",
+    "policy_key",
+    "policy_to_bytes",
+    "prune_policies",
+    "sha256_hex",
+    "stored_policy_versions",
+    "trainer_key",
+    "trainer_prefix",
+    "version_of",
+]
+
+
+def open_store(
+    url: str,
+    *,
+    gcs_emulator_host: str | None = None,
+    gcs_project: str | None = None,
+    retry: RetryPolicy | None = None,
+) -> GcsCheckpointStore | LocalCheckpointStore:
+    """The store at ``url``: ``gs://bucket[/prefix]``, ``file:///dir`` or a plain path.
+
+    ``gcs_emulator_host`` is the ``STORAGE_EMULATOR_HOST`` value; entry points read the
+    environment and pass it in. No I/O happens until the store is first used.
+    """
+    if not url:
+        raise ConfigError(
+            "the checkpoint store address is empty; give gs://bucket/prefix or a directory."
+        )
+    parsed = urlparse(url)
+    if parsed.scheme == "gs":
+        if not parsed.netloc:
+            raise ConfigError(f"{url!r} names no bucket; write it as gs://BUCKET/PREFIX.")
+        return GcsCheckpointStore(
+            parsed.netloc,
+            parsed.path.strip("/"),
+            emulator_host=gcs_emulator_host,
+            project=gcs_project,
+            retry=retry,
+        )
+    if parsed.scheme == "file":
+        if parsed.netloc not in ("", "localhost"):
+            raise ConfigError(
+                f"{url!r} names host {parsed.netloc!r}; file URLs need three slashes: "
+                "file:///absolute/dir."
+            )
+        return LocalCheckpointStore(Path(unquote(parsed.path)))
+    if parsed.scheme and len(parsed.scheme) > 1:  # "C:" on Windows is a drive, not a scheme
+        raise ConfigError(
+            f"checkpoint store scheme {parsed.scheme!r} in {url!r} is not supported; "
+            "use gs://bucket/prefix, file:///dir or a plain directory path."
+        )
+    return LocalCheckpointStore(Path(url))

@@ -1,0 +1,74 @@
+"""Checkpoint key names and the content hash, in one place.
+
+Trainer, workers, retention and the status tools must agree on where version ``v`` of a
+run lives; spelling the layout once here keeps them from drifting apart. Zero-padded
+version numbers make lexical order equal numeric order, so a plain sorted listing is
+already oldest-first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from coach_stream.errors import CheckpointError
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_VERSIONED = re.compile(r"^runs/(?P<run>[^/]+)/(?:policies|trainer)/(?P<version>\d{8,})\.pt$")
+
+
+def _checked_run_id(run_id: str) -> str:
+    if not _RUN_ID.match(run_id):
+        raise CheckpointError(
+            f"run id {run_id!r} cannot be used in a checkpoint key; use letters, digits, "
+            "'.', '_' or '-' only."
+        )
+    return run_id
+
+
+def _checked_version(version: int) -> int:
+    if version < 0:
+        raise CheckpointError(f"policy version {version} is negative; versions start at 0.")
+    return version
+
+
+def policies_prefix(run_id: str) -> str:
+    """Where every policy version of ``run_id`` lives (ends with ``/``)."""
+    return f"runs/{_checked_run_id(run_id)}/policies/"
+
+
+def trainer_prefix(run_id: str) -> str:
+    """Where the trainer's resume state of ``run_id`` lives (ends with ``/``)."""
+    return f"runs/{_checked_run_id(run_id)}/trainer/"
+
+
+def policy_key(run_id: str, version: int) -> str:
+    """``runs/<run_id>/policies/<version:08d>.pt``: the weights workers load."""
+    return f"{policies_prefix(run_id)}{_checked_version(version):08d}.pt"
+
+
+def trainer_key(run_id: str, version: int) -> str:
+    """``runs/<run_id>/trainer/<version:08d>.pt``: model, optimizer, RNG and offsets."""
+    return f"{trainer_prefix(run_id)}{_checked_version(version):08d}.pt"
+
+
+def version_of(key: str) -> int | None:
+    """The version number in a policy or trainer key, or None for any other key."""
+    match = _VERSIONED.match(key)
+    return int(match["version"]) if match else None
+
+
+def sha256_hex(data: bytes) -> str:
+    """The content hash announced with every policy version and checked on every read."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def check_key(key: str) -> str:
+    """Reject keys that could escape the store's root or prefix (``..``, absolute, empty)."""
+    parts = key.split("/")
+    if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise CheckpointError(
+            f"checkpoint key {key!r} is not a relative path of plain names; "
+            "build keys with coach_stream.checkpoints.policy_key or trainer_key."
+        )
+    return key

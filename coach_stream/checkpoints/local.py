@@ -1,0 +1,164 @@
+"""``file:///dir``: the default checkpoint store, a directory on this machine (or NFS).
+
+Create-only and crash-safe without locks: the bytes go to a unique temporary file in the
+target directory, are fsynced, and are then published with ``os.link``, which fails if
+the name exists (an atomic create-if-absent on POSIX filesystems, NFS included). A reader
+therefore sees either no object or the complete one, never a torn write; two writers
+racing for one key get exactly one winner. The original Coach's NFS store wrote in place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+from urllib.parse import unquote, urlparse
+
+from coach_stream.checkpoints.keys import check_key, sha256_hex
+from coach_stream.core import StoredObject
+from coach_stream.errors import (
+    AlreadyExistsError,
+    CheckpointError,
+    CheckpointNotFoundError,
+    IntegrityError,
+)
+
+_TMP_SUFFIX = ".tmp"
+
+
+class LocalCheckpointStore:
+    """A ``CheckpointStore`` rooted at a directory; keys are relative paths under it."""
+
+    def __init__(self, root: Path | str) -> None:
+        # No I/O here: the directory is created by the first write.
+        self._root = Path(root).expanduser().absolute()
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    def __repr__(self) -> str:
+        return f"LocalCheckpointStore({str(self._root)!r})"
+
+    # ------------------------------------------------------------------ protocol
+
+    def uri(self, key: str) -> str:
+        return (self._root / check_key(key)).as_uri()
+
+    def put(self, key: str, data: bytes) -> StoredObject:
+        target = self._root / check_key(key)
+        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}{_TMP_SUFFIX}")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "xb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            try:
+                os.link(tmp, target)  # atomic, and fails if the name exists
+            except FileExistsError:
+                raise AlreadyExistsError(
+                    f"checkpoint {target.as_uri()} already exists; versions are written once, "
+                    "so publish under a new version number."
+                ) from None
+            _fsync_dir(target.parent)
+        except PermissionError as exc:
+            raise CheckpointError(
+                f"permission denied writing {target}; make {self._root} writable by this user "
+                "or choose another checkpoint directory."
+            ) from exc
+        except OSError as exc:
+            raise CheckpointError(
+                f"could not write {target} ({exc.strerror or exc}); check the disk and the "
+                "checkpoint directory."
+            ) from exc
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+        return StoredObject(uri=target.as_uri(), sha256=sha256_hex(data), size=len(data))
+
+    def get(self, uri: str, expected_sha256: str | None = None) -> bytes:
+        path = self._path_of(uri)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise CheckpointNotFoundError(
+                f"checkpoint {path.as_uri()} does not exist; it was deleted by retention or "
+                "never written, so wait for a newer announced version."
+            ) from None
+        except PermissionError as exc:
+            raise CheckpointError(
+                f"permission denied reading {path}; make the checkpoint directory readable."
+            ) from exc
+        except OSError as exc:
+            raise CheckpointError(f"could not read {path} ({exc}); check the disk.") from exc
+        if expected_sha256 is not None:
+            actual = sha256_hex(data)
+            if actual != expected_sha256:
+                raise IntegrityError(
+                    f"checkpoint {path.as_uri()} has sha256 {actual[:12]}… but "
+                    f"{expected_sha256[:12]}… was announced; the file is corrupt or was replaced."
+                )
+        return data
+
+    def list(self, prefix: str) -> list[str]:
+        base = self._root / prefix
+        # A prefix is a path prefix, not necessarily a directory: "runs/r1/pol" matches too.
+        directory = base if prefix.endswith("/") or base.is_dir() else base.parent
+        if not directory.is_dir():
+            return []
+        keys = []
+        for dirpath, _dirs, files in os.walk(directory):
+            for name in files:
+                if name.startswith(".") and name.endswith(_TMP_SUFFIX):
+                    continue
+                key = Path(dirpath, name).relative_to(self._root).as_posix()
+                if key.startswith(prefix):
+                    keys.append(key)
+        return sorted(keys)
+
+    def delete(self, key: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            (self._root / check_key(key)).unlink()
+
+    # ------------------------------------------------------------------ context manager
+
+    def close(self) -> None:
+        """Nothing to release; present so every store is used the same way."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _path_of(self, uri: str) -> Path:
+        """A ``file://`` uri as announced, or a key relative to this store's root."""
+        if "://" not in uri:
+            return self._root / check_key(uri)
+        parsed = urlparse(uri)
+        if parsed.scheme != "file":
+            raise CheckpointError(
+                f"{uri} is not a file:// address, but this worker's checkpoint store is "
+                f"{self._root.as_uri()}; configure workers with the trainer's checkpoint store."
+            )
+        return Path(unquote(parsed.path))
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make the new directory entry durable, so a crash cannot lose an announced file."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
