@@ -1,0 +1,76 @@
+"""Property: valid chunks round-trip bit-exactly; mutated bytes decode or raise DecodeError."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from coach_stream.codec import decode_chunk, encode_chunk
+from coach_stream.codec.tensors import DTYPES
+from coach_stream.core import ExperienceChunk
+from coach_stream.errors import DecodeError
+
+_ints = st.integers(min_value=0, max_value=2**31 - 1)
+_longs = st.integers(min_value=0, max_value=2**63 - 1)
+
+
+@st.composite
+def chunks(draw: st.DrawFn) -> ExperienceChunk:
+    steps = draw(st.integers(min_value=0, max_value=12))
+    obs_shape = draw(hnp.array_shapes(min_dims=0, max_dims=3, max_side=5))
+    obs_dtype = draw(st.sampled_from(sorted(DTYPES)))
+    act_shape = draw(hnp.array_shapes(min_dims=0, max_dims=2, max_side=3))
+    act_dtype = draw(st.sampled_from(["int64", "int32", "float32", "uint8"]))
+
+    def column(dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+        return draw(hnp.arrays(np.dtype(dtype), shape))
+
+    ended = draw(st.sampled_from(["no", "terminated", "truncated"])) if steps else "no"
+    terminated = np.zeros(steps, bool)
+    truncated = np.zeros(steps, bool)
+    if ended == "terminated":
+        terminated[-1] = True
+    elif ended == "truncated":
+        truncated[-1] = True
+    behaviour = draw(st.booleans())
+    return ExperienceChunk(
+        run_id=draw(st.text(max_size=20)),
+        worker_id=draw(_ints),
+        env_index=draw(_ints),
+        chunk_seq=draw(_longs),
+        policy_version=draw(_longs),
+        first_step=draw(_longs),
+        observations=column(obs_dtype, (steps + 1, *obs_shape)),
+        actions=column(act_dtype, (steps, *act_shape)),
+        rewards=column("float32", (steps,)),
+        terminated=terminated,
+        truncated=truncated,
+        log_probs=column("float32", (steps,)) if behaviour else None,
+        values=column("float32", (steps,)) if behaviour else None,
+        episode_return=draw(st.none() | st.floats(allow_nan=False)),
+        episode_length=draw(st.none() | _longs),
+        created_at_ms=draw(_longs),
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(chunks())
+def test_round_trip_is_bit_exact(chunk: ExperienceChunk) -> None:
+    assert decode_chunk(encode_chunk(chunk)).equals(chunk)
+
+
+@settings(max_examples=200, deadline=None)
+@given(chunks(), st.data())
+def test_mutated_bytes_never_crash(chunk: ExperienceChunk, data: st.DataObject) -> None:
+    encoded = bytearray(encode_chunk(chunk))
+    position = data.draw(st.integers(min_value=0, max_value=len(encoded) - 1))
+    encoded[position] = data.draw(st.integers(min_value=0, max_value=255))
+    cut = data.draw(st.integers(min_value=0, max_value=len(encoded)))
+    try:
+        decoded = decode_chunk(bytes(encoded[:cut]))
+    except DecodeError:
+        return
+    assert isinstance(decoded, ExperienceChunk)
+    assert decoded.num_steps == decoded.observations.shape[0] - 1
