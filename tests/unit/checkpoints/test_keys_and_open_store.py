@@ -1,0 +1,66 @@
+"""Key layout helpers and ``open_store`` address parsing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from coach_stream.checkpoints import (
+    GcsCheckpointStore,
+    LocalCheckpointStore,
+    open_store,
+    policies_prefix,
+    policy_key,
+    trainer_key,
+    version_of,
+)
+from coach_stream.errors import CheckpointError, ConfigError
+
+
+def test_key_layout() -> None:
+    assert policy_key("run-1", 7) == "runs/run-1/policies/00000007.pt"
+    assert trainer_key("run-1", 12) == "runs/run-1/trainer/00000012.pt"
+    assert policies_prefix("run-1") == "runs/run-1/policies/"
+    assert policy_key("r", 123456789) == "runs/r/policies/123456789.pt"
+
+
+def test_version_of_parses_only_versioned_keys() -> None:
+    assert version_of(policy_key("r", 42)) == 42
+    assert version_of(trainer_key("r", 3)) == 3
+    assert version_of("runs/r/policies/latest.pt") is None
+    assert version_of("other/00000001.pt") is None
+
+
+@pytest.mark.parametrize("run_id", ["", "a/b", "../x", " spaced"])
+def test_bad_run_ids_are_refused(run_id: str) -> None:
+    with pytest.raises(CheckpointError, match="run id"):
+        policy_key(run_id, 0)
+
+
+def test_negative_versions_are_refused() -> None:
+    with pytest.raises(CheckpointError, match="negative"):
+        policy_key("r", -1)
+
+
+def test_open_store_gs_with_prefix() -> None:
+    store = open_store("gs://bucket/some/prefix/", gcs_emulator_host="http://127.0.0.1:1")
+    assert isinstance(store, GcsCheckpointStore)
+    assert store.uri("runs/r/policies/00000001.pt") == (
+        "gs://bucket/some/prefix/runs/r/policies/00000001.pt"
+    )
+    assert open_store("gs://bucket").uri("k.pt") == "gs://bucket/k.pt"
+
+
+def test_open_store_file_url_and_plain_path(tmp_path: Path) -> None:
+    by_url = open_store(tmp_path.as_uri())
+    by_path = open_store(str(tmp_path))
+    assert isinstance(by_url, LocalCheckpointStore) and isinstance(by_path, LocalCheckpointStore)
+    assert by_url.root == by_path.root == tmp_path
+    assert by_url.uri("a.pt") == (tmp_path / "a.pt").as_uri()
+
+
+@pytest.mark.parametrize("url", ["s3://bucket/x", "gs:///nobucket", "file://host/dir", ""])
+def test_open_store_rejects_unsupported_addresses(url: str) -> None:
+    with pytest.raises(ConfigError):
+        open_store(url)
