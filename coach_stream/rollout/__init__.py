@@ -1,0 +1,1 @@
+"""Rollout: vector-env steps in, ExperienceChunks out (worker) or returns out (evaluator)."""

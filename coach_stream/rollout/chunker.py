@@ -1,0 +1,148 @@
+"""Cuts vector-env steps into per-environment ``ExperienceChunk``s.
+
+Each env accumulates up to T steps in preallocated columns. A chunk is emitted when it
+holds T steps, when its episode ends (SAME_STEP autoreset: the final observation comes
+from ``info["final_obs"]`` and becomes the chunk's bootstrap row), or when the policy
+version changes (``flush``: one chunk, one behaviour version). Per-env ``chunk_seq`` is
+monotonic and ``first_step`` is the step's index within its episode, so the trainer can
+tell contiguous chunks apart from gaps. Writing columns for all envs at once with fancy
+indexing keeps the per-step cost independent of the number of envs.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from coach_stream.core import ExperienceChunk
+from coach_stream.policies.actors import Action
+
+
+class Chunker:
+    """Accumulates one vector env's steps and hands back finished chunks."""
+
+    def __init__(
+        self,
+        run_id: str,
+        worker_id: int,
+        num_envs: int,
+        chunk_steps: int,
+        obs_shape: tuple[int, ...],
+        obs_dtype: np.dtype[Any],
+        behaviour: bool,
+    ) -> None:
+        self.run_id, self.worker_id = run_id, worker_id
+        self.num_envs, self.chunk_steps, self.behaviour = num_envs, chunk_steps, behaviour
+        n, t = num_envs, chunk_steps
+        self._obs = np.zeros((n, t + 1, *obs_shape), dtype=obs_dtype)
+        self._actions = np.zeros((n, t), dtype=np.int64)
+        self._rewards = np.zeros((n, t), dtype=np.float32)
+        self._terminated = np.zeros((n, t), dtype=np.bool_)
+        self._truncated = np.zeros((n, t), dtype=np.bool_)
+        self._log_probs = np.zeros((n, t), dtype=np.float32)
+        self._values = np.zeros((n, t), dtype=np.float32)
+        self._filled = np.zeros(n, dtype=np.int64)  # steps in the open chunk
+        self._episode_step = np.zeros(n, dtype=np.int64)  # steps of the episode so far
+        self._episode_return = np.zeros(n, dtype=np.float64)
+        self._chunk_seq = np.zeros(n, dtype=np.int64)
+        self._chunk_start = np.zeros(n, dtype=np.int64)  # episode step of the open chunk's first
+        self._last_obs: npt.NDArray[Any] | None = None
+        self._rows = np.arange(n)
+        self.version = -1
+        self.episodes = 0  # episodes ended so far
+
+    @property
+    def last_obs(self) -> npt.NDArray[Any]:
+        """The observations the next step will be taken in."""
+        assert self._last_obs is not None, "call start() first"
+        return self._last_obs
+
+    def start(self, obs: npt.NDArray[Any], version: int) -> None:
+        """The observations after ``reset``; every env starts a new episode."""
+        self._last_obs, self.version = np.asarray(obs), version
+        self._filled[:] = 0
+        self._episode_step[:] = 0
+        self._episode_return[:] = 0.0
+
+    def add(
+        self,
+        action: Action,
+        rewards: npt.NDArray[Any],
+        terminated: npt.NDArray[Any],
+        truncated: npt.NDArray[Any],
+        next_obs: npt.NDArray[Any],
+        infos: dict[str, Any],
+    ) -> list[ExperienceChunk]:
+        """Record one vector step (taken in the last observations); return finished chunks."""
+        assert self._last_obs is not None, "call start() first"
+        rows, col = self._rows, self._filled
+        opening = col == 0
+        self._chunk_start[opening] = self._episode_step[opening]
+        self._obs[rows, col] = self._last_obs
+        self._actions[rows, col] = action.actions
+        self._rewards[rows, col] = rewards
+        self._terminated[rows, col] = terminated
+        self._truncated[rows, col] = truncated
+        if action.log_probs is not None:
+            self._log_probs[rows, col] = action.log_probs
+        if action.values is not None:
+            self._values[rows, col] = action.values
+        self._filled += 1
+        self._episode_return += rewards
+        done = np.logical_or(terminated, truncated)
+        full = self._filled >= self.chunk_steps
+        chunks: list[ExperienceChunk] = []
+        if done.any() or full.any():
+            final_mask = infos.get("_final_obs")
+            final_obs = infos.get("final_obs")
+            for i in np.flatnonzero(np.logical_or(done, full)):
+                if done[i] and final_mask is not None and final_mask[i]:
+                    bootstrap = np.asarray(final_obs[i])  # type: ignore[index]
+                else:
+                    bootstrap = next_obs[i]
+                chunks.append(self._emit(int(i), bootstrap, ended=bool(done[i])))
+        self._episode_step += 1
+        self._episode_step[done] = 0
+        self._episode_return[done] = 0.0
+        self._last_obs = np.asarray(next_obs)
+        return chunks
+
+    def flush(self) -> list[ExperienceChunk]:
+        """Emit every open chunk (before acting with a new policy version)."""
+        assert self._last_obs is not None, "call start() first"
+        return [
+            self._emit(int(i), self._last_obs[i], ended=False)
+            for i in np.flatnonzero(self._filled > 0)
+        ]
+
+    def _emit(self, i: int, bootstrap: npt.NDArray[Any], ended: bool) -> ExperienceChunk:
+        n = int(self._filled[i])
+        observations = self._obs[i, : n + 1].copy()
+        observations[n] = bootstrap
+        first_step = int(self._chunk_start[i])
+        length = first_step + n  # steps of the episode up to the end of this chunk
+        chunk = ExperienceChunk(
+            run_id=self.run_id,
+            worker_id=self.worker_id,
+            env_index=i,
+            chunk_seq=int(self._chunk_seq[i]),
+            policy_version=self.version,
+            first_step=first_step,
+            observations=observations,
+            actions=self._actions[i, :n].copy(),
+            rewards=self._rewards[i, :n].copy(),
+            terminated=self._terminated[i, :n].copy(),
+            truncated=self._truncated[i, :n].copy(),
+            log_probs=self._log_probs[i, :n].copy() if self.behaviour else None,
+            values=self._values[i, :n].copy() if self.behaviour else None,
+            episode_return=float(self._episode_return[i]) if ended else None,
+            episode_length=length if ended else None,
+            created_at_ms=int(time.time() * 1000),
+        )
+        self.episodes += int(ended)
+        self._chunk_seq[i] += 1
+        self._filled[i] = 0
+        return chunk

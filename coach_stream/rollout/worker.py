@@ -1,0 +1,190 @@
+"""The rollout worker: act in a vector env with the latest policy, write chunks, swap policies.
+
+The loop receives its parts (``RolloutWorker(envs, actor, writer, policy_source, ...)``)
+and never knows that Kafka or GCS exist. Synchronization follows the run's mode:
+
+- SYNC (on-policy): act ``share_steps`` steps per env with version v, cut the open chunks,
+  then wait for v+1. If v+1 does not come within ``sync_wait_s`` (another worker died and
+  the trainer's quota is short), act another share with v instead of waiting forever: the
+  run never blocks on one worker, and the trainer drops whatever arrives too late.
+- ASYNC (off-policy): never wait; between shares (``chunk_steps`` steps per env), take a
+  newer version if the policy source has one.
+
+The worker exits cleanly when the policy source has read ``RunFinished``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from gymnasium.vector import VectorEnv
+
+from coach_stream.core import (
+    ExperienceChunk,
+    ExperienceWriter,
+    LoadedPolicy,
+    Mode,
+    PolicySource,
+    RunFinished,
+)
+from coach_stream.errors import IntegrityError, RunEndedError, ServiceUnavailableError
+from coach_stream.policies.actors import Actor
+from coach_stream.rollout.chunker import Chunker
+from coach_stream.rollout.events import EventSink
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    run_id: str
+    worker_id: int
+    mode: Mode
+    chunk_steps: int
+    share_steps: int
+    """Steps per env acted with one version before syncing (SYNC) or polling (ASYNC)."""
+    sync_wait_s: float = 2.0
+    policy_wait_s: float = 120.0
+    log_every_s: float = 1.0
+
+
+def first_policy(source: PolicySource, wait_s: float) -> LoadedPolicy:
+    """The newest announced policy, waiting (bounded) for the trainer's first one."""
+    policy = source.latest(timeout=min(wait_s, 5.0))
+    if policy is not None:
+        return policy
+    try:
+        return source.wait_for(0, timeout=wait_s)
+    except TimeoutError as error:
+        raise ServiceUnavailableError(
+            f"No policy version was announced within {wait_s:.0f} s; start the trainer for "
+            "this run (or check the run id and the Kafka address)."
+        ) from error
+
+
+class RolloutWorker:
+    """One process's acting loop: ``run()``, or ``start()`` + ``act_share()`` + ``sync()``."""
+
+    def __init__(
+        self,
+        envs: VectorEnv,
+        actor: Actor,
+        writer: ExperienceWriter,
+        policy_source: PolicySource,
+        settings: WorkerSettings,
+        seeds: Sequence[int],
+        events: EventSink,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.envs, self.actor, self.writer, self.source = envs, actor, writer, policy_source
+        self.settings, self.seeds, self.events, self.clock = settings, list(seeds), events, clock
+        obs_space = envs.single_observation_space
+        assert obs_space.shape is not None and obs_space.dtype is not None
+        self.chunker = Chunker(
+            settings.run_id,
+            settings.worker_id,
+            envs.num_envs,
+            settings.chunk_steps,
+            tuple(obs_space.shape),
+            np.dtype(obs_space.dtype),
+            behaviour=settings.mode is Mode.SYNC,
+        )
+        self.env_steps = 0
+        self.chunks_written = 0
+        self.extra_shares = 0  # SYNC shares acted again with v because v+1 was late
+        self.rejected_versions = 0
+        self._recent_returns: deque[float] = deque(maxlen=100)
+        self._last_log = (clock(), 0)
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self) -> RunFinished:
+        """Act until the run is finished; returns the ``RunFinished`` that ended it."""
+        self.start()
+        while (finished := self.source.finished) is None:
+            self.act_share()
+            self.sync(self.settings.sync_wait_s)
+            self._maybe_log()
+        self.writer.flush(timeout=30.0)
+        self._log()
+        return finished
+
+    def start(self) -> None:
+        """Load the first policy and reset every env with its own seed."""
+        self.actor.load(first_policy(self.source, self.settings.policy_wait_s))
+        obs, _ = self.envs.reset(seed=self.seeds)  # type: ignore[arg-type]  # a seed per env
+        self.chunker.start(obs, self.actor.version)
+
+    def act_share(self) -> int:
+        """Step every env ``share_steps`` times with the current version; write the chunks."""
+        envs, actor, chunker = self.envs, self.actor, self.chunker
+        obs = chunker.last_obs
+        for _ in range(self.settings.share_steps):
+            action = actor.act(obs)
+            obs, rewards, terminated, truncated, infos = envs.step(action.actions)
+            self._write(chunker.add(action, rewards, terminated, truncated, obs, infos))
+        if self.settings.mode is Mode.SYNC:
+            self._write(chunker.flush())  # the share of version v ends here
+        steps = self.settings.share_steps * envs.num_envs
+        self.env_steps += steps
+        return steps
+
+    def sync(self, timeout: float) -> bool:
+        """Take a newer policy: SYNC waits up to ``timeout`` for v+1, ASYNC only polls."""
+        try:
+            if self.settings.mode is Mode.SYNC:
+                try:
+                    newer: LoadedPolicy | None = self.source.wait_for(
+                        self.actor.version + 1, timeout=timeout
+                    )
+                except TimeoutError:
+                    self.extra_shares += 1
+                    return False
+            else:
+                newer = self.source.poll()
+        except RunEndedError:
+            return False
+        if newer is None or newer.version.version <= self.actor.version:
+            return False
+        self._write(self.chunker.flush())  # one chunk, one behaviour version
+        try:
+            self.actor.load(newer)
+        except IntegrityError:
+            self.rejected_versions += 1  # keep acting with the old policy
+            return False
+        self.chunker.version = self.actor.version
+        return True
+
+    # ------------------------------------------------------------------ helpers
+
+    def _write(self, chunks: list[ExperienceChunk]) -> None:
+        for chunk in chunks:
+            self.writer.write(chunk)
+            if chunk.episode_return is not None:
+                self._recent_returns.append(chunk.episode_return)
+        self.chunks_written += len(chunks)
+
+    def _maybe_log(self) -> None:
+        if self.clock() - self._last_log[0] >= self.settings.log_every_s:
+            self._log()
+
+    def _log(self) -> None:
+        now, steps_then = self.clock(), self._last_log[1]
+        elapsed = max(now - self._last_log[0], 1e-9)
+        returns = list(self._recent_returns)
+        fields: dict[str, Any] = {
+            "worker_id": self.settings.worker_id,
+            "env_steps": self.env_steps,
+            "env_steps_per_s": (self.env_steps - steps_then) / elapsed,
+            "chunks": self.chunks_written,
+            "policy_version": self.actor.version,
+            "episodes": self.chunker.episodes,
+            "mean_return": float(np.mean(returns)) if returns else None,
+            "extra_shares": self.extra_shares,
+            "rejected_versions": self.rejected_versions,
+        }
+        self.events("progress", fields)
+        self._last_log = (now, self.env_steps)
