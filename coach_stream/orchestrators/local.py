@@ -1,0 +1,177 @@
+"""``LocalOrchestrator``: a run's tasks as supervised processes on this machine.
+
+``submit`` writes the run's directory and starts a detached supervisor process
+(``coach_stream.orchestrators.supervisor``) that owns the tasks from then on, so a run
+survives the launcher (``launch --detach``) and `status`, `logs` and `stop` work from any
+other process that points at the same state directory::
+
+    orchestrator = LocalOrchestrator(Path(".coach-stream"))
+    orchestrator.submit(spec)            # returns once every task has been started
+    orchestrator.status(spec.run_id)     # from run.json, checked against the live pids
+    orchestrator.stop(spec.run_id)       # SIGTERM, SIGKILL after the grace; nothing left
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+from coach_stream.core import RunSpec, TaskState, TaskStatus
+from coach_stream.errors import OrchestratorError
+from coach_stream.orchestrators.procgroup import terminate_groups
+from coach_stream.orchestrators.state import (
+    TERMINAL_TASK_STATES,
+    RunDirectory,
+    RunRecord,
+    RunState,
+    SupervisorConfig,
+    TaskRecord,
+    list_runs,
+)
+from coach_stream.stack.processes import tail
+
+
+class LocalOrchestrator:
+    """Implements ``core.Orchestrator`` with local processes; state lives in ``state_dir``."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        config: SupervisorConfig | None = None,
+        python: str = sys.executable,
+        start_timeout_s: float = 60.0,
+    ) -> None:
+        self.state_dir = state_dir.resolve()
+        self._config = config or SupervisorConfig()
+        self._python = python
+        self._start_timeout_s = start_timeout_s
+        self._supervisors: dict[str, subprocess.Popen[bytes]] = {}
+
+    def run_dir(self, run_id: str) -> RunDirectory:
+        return RunDirectory(self.state_dir, run_id)
+
+    # ------------------------------------------------------------------ Orchestrator
+
+    def submit(self, spec: RunSpec) -> None:
+        """Record the run, start its supervisor and wait until every task was started."""
+        run_dir = self.run_dir(spec.run_id)
+        if run_dir.exists():
+            raise OrchestratorError(
+                f"Run {spec.run_id!r} already exists in {run_dir.path.parent}; choose another "
+                f"--run-id (or remove that directory to reuse the name)."
+            )
+        names = [task.name for task in spec.tasks]
+        if len(set(names)) != len(names) or not names:
+            raise OrchestratorError(
+                f"Run {spec.run_id!r} needs at least one task and unique task names, got "
+                f"{names}; fix the run spec."
+            )
+        record = RunRecord(
+            run_id=spec.run_id,
+            tasks=[TaskRecord(task) for task in spec.tasks],
+            config=self._config,
+        )
+        run_dir.write(record)
+        argv = [
+            self._python, "-m", "coach_stream.orchestrators.supervisor",
+            "--state-dir", str(self.state_dir), "--run-id", spec.run_id,
+        ]  # fmt: skip
+        with run_dir.supervisor_log.open("ab") as log:
+            process = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+        self._supervisors[spec.run_id] = process
+        deadline = time.monotonic() + self._start_timeout_s
+        while run_dir.read().state is RunState.STARTING:
+            if process.poll() is not None or time.monotonic() > deadline:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+                raise OrchestratorError(
+                    f"The supervisor of run {spec.run_id!r} did not start its tasks "
+                    f"({tail(run_dir.supervisor_log, 5)!r}); see {run_dir.supervisor_log}."
+                )
+            time.sleep(0.05)
+
+    def status(self, run_id: str) -> list[TaskStatus]:
+        return [task.status() for task in self.record(run_id).tasks]
+
+    def logs(self, run_id: str, task: str | None = None) -> Iterator[str]:
+        """Every line of one task's log, or of all tasks' logs prefixed with ``[task]``."""
+        record = self.run_dir(run_id).read()
+        names = [record.task(task).spec.name] if task else [t.spec.name for t in record.tasks]
+        for name in names:
+            path = self.run_dir(run_id).log_path(name)
+            if not path.is_file():
+                continue
+            with path.open(encoding="utf-8", errors="replace") as handle:
+                for line in handle:
+                    yield line.rstrip("\n") if task else f"[{name}] {line.rstrip(chr(10))}"
+
+    def stop(self, run_id: str) -> None:
+        """End the run and every process it started; safe to call on a finished run."""
+        run_dir = self.run_dir(run_id)
+        record = run_dir.read()
+        grace = record.config.stop_grace_s
+        supervisor = record.supervisor
+        if supervisor is not None and supervisor.is_alive():
+            terminate_groups([supervisor], grace + 15.0, reap=self._reap)
+            record = run_dir.read()
+        # The supervisor is gone (stopped above, or it died): end what it left behind.
+        leaders = [t.process for t in record.tasks if t.process is not None]
+        terminate_groups(leaders, grace)
+        changed = False
+        for task in record.tasks:
+            if task.state not in TERMINAL_TASK_STATES:
+                task.state, changed = TaskState.STOPPED, True
+        if not record.state.terminal:
+            record.state, changed = RunState.STOPPED, True
+            record.ended_at_ms = int(time.time() * 1000)
+        if changed:
+            run_dir.write(record)
+
+    # ------------------------------------------------------------------ beyond the protocol
+
+    def record(self, run_id: str) -> RunRecord:
+        """run.json, corrected for a supervisor that died without writing its last word."""
+        self._reap()
+        record = self.run_dir(run_id).read()
+        if record.state.terminal or record.supervisor is None or record.supervisor.is_alive():
+            return record
+        tasks = [
+            task
+            if task.state in TERMINAL_TASK_STATES
+            or (task.process is not None and task.process.is_alive())
+            else replace(task, state=TaskState.FAILED)
+            for task in record.tasks
+        ]
+        return replace(record, tasks=tasks, state=RunState.FAILED)
+
+    def wait(self, run_id: str, timeout: float) -> RunState:
+        """Block until the run has ended; raise ``TimeoutError`` after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            state = self.record(run_id).state
+            if state.terminal:
+                return state
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"run {run_id} still {state} after {timeout:.0f} s")
+            time.sleep(0.1)
+
+    def runs(self) -> list[str]:
+        """Run ids in the state directory, oldest first."""
+        return list_runs(self.state_dir)
+
+    def _reap(self) -> None:
+        for process in self._supervisors.values():
+            process.poll()

@@ -1,0 +1,128 @@
+"""From a preset to a ``RunSpec``: one trainer, N rollout workers and an evaluator.
+
+The orchestrators (local processes, later Nomad) only start argv lists; what those
+argv lists are is decided here, once, so every orchestrator runs the same commands.
+The tasks find each other only through the run's Kafka topics and checkpoint store,
+which is why every task gets the same ``--kafka`` / ``--checkpoints`` / ``--set``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from coach_stream.core import RunSpec, TaskSpec
+from coach_stream.errors import ConfigError
+from coach_stream.orchestrators.state import check_run_id
+
+# Rollout workers run a small network on a batch of a few observations: one thread each
+# is fastest, and N workers each spawning one thread per core only fight over the cores.
+_WORKER_ENV: Mapping[str, str] = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+@dataclass(frozen=True)
+class LaunchSettings:
+    """Everything a run's command lines need; validated once by the launcher."""
+
+    preset: str
+    """A built-in preset name or a YAML path (made absolute: tasks may run elsewhere)."""
+    run_id: str
+    workers: int
+    kafka_bootstrap: str
+    checkpoints: str
+    """``file:///dir`` or ``gs://bucket/prefix``."""
+    gcs_emulator: str | None = None
+    seed: int | None = None
+    overrides: tuple[str, ...] = ()
+    evaluator: bool = True
+    restart_workers: bool = True
+    """False leaves a crashed worker dead (a test of SYNC runs that lose a worker)."""
+    python: str = sys.executable
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_run_id(self.run_id)
+        if not 1 <= self.workers <= 256:
+            raise ConfigError(f"--workers {self.workers} is out of range; use 1 to 256.")
+        if not self.kafka_bootstrap:
+            raise ConfigError(
+                "No Kafka bootstrap servers given; pass --kafka HOST:PORT, set "
+                "KAFKA_BOOTSTRAP_SERVERS, or start the local stack with `coach-stream stack up`."
+            )
+        if not self.checkpoints.startswith(("file://", "gs://")):
+            raise ConfigError(
+                f"Checkpoint location {self.checkpoints!r} is not a file:// or gs:// URL; "
+                f"fix --checkpoints."
+            )
+
+
+def new_run_id(preset_name: str) -> str:
+    """``<preset>-<UTC yyyymmdd-hhmmss>-<4 hex>``: sortable, readable, and unique enough."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    safe = "".join(c if c.isalnum() or c in "._-" else "-" for c in preset_name) or "run"
+    return check_run_id(f"{safe}-{stamp}-{uuid.uuid4().hex[:4]}")
+
+
+def preset_argument(preset: str) -> str:
+    """A preset path is made absolute; a built-in name is passed as it is."""
+    path = Path(preset)
+    if preset.endswith((".yaml", ".yml")) or path.exists():
+        return str(path.resolve())
+    return preset
+
+
+def _common(settings: LaunchSettings) -> list[str]:
+    argv = [
+        "--preset", preset_argument(settings.preset),
+        "--run-id", settings.run_id,
+        "--kafka", settings.kafka_bootstrap,
+        "--checkpoints", settings.checkpoints,
+    ]  # fmt: skip
+    if settings.gcs_emulator:
+        argv += ["--gcs-emulator", settings.gcs_emulator]
+    if settings.seed is not None:
+        argv += ["--seed", str(settings.seed)]
+    for override in settings.overrides:
+        argv += ["--set", override]
+    return argv
+
+
+def build_run_spec(settings: LaunchSettings) -> RunSpec:
+    """The trainer (primary task), ``workers`` rollout workers and the evaluator."""
+    cli = [settings.python, "-m", "coach_stream.cli.main"]
+    common = _common(settings)
+    worker_env = {**_WORKER_ENV, **settings.extra_env}
+    tasks = [
+        TaskSpec(
+            name="trainer",
+            group="trainer",
+            argv=(*cli, "train", *common, "--workers", str(settings.workers)),
+            env=dict(settings.extra_env),
+        )
+    ]
+    for worker_id in range(settings.workers):
+        tasks.append(
+            TaskSpec(
+                name=f"rollout-{worker_id}",
+                group="rollout",
+                argv=(*cli, "rollout", *common, "--worker-id", str(worker_id)),
+                env=worker_env,
+                restart=settings.restart_workers,
+            )
+        )
+    if settings.evaluator:
+        # The evaluator's id follows the workers' so that its seeds differ from theirs.
+        evaluator_id = str(settings.workers)
+        tasks.append(
+            TaskSpec(
+                name="evaluator",
+                group="evaluator",
+                argv=(*cli, "rollout", *common, "--worker-id", evaluator_id, "--evaluator"),
+                env=worker_env,
+            )
+        )
+    return RunSpec(run_id=settings.run_id, tasks=tuple(tasks))

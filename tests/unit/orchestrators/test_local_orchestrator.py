@@ -1,0 +1,184 @@
+"""The local supervisor with tiny ``python -c`` children: restarts, run end, stop, status."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from coach_stream.core import RunSpec, TaskSpec, TaskState
+from coach_stream.errors import OrchestratorError
+from coach_stream.orchestrators import LocalOrchestrator, RunState, SupervisorConfig
+from coach_stream.orchestrators.procgroup import group_members
+
+FAST = SupervisorConfig(
+    initial_backoff_s=0.1,
+    max_backoff_s=1.0,
+    max_restarts=3,
+    healthy_after_s=30.0,
+    poll_interval_s=0.02,
+    stop_grace_s=2.0,
+    linger_s=0.5,
+)
+SLEEP = "import time; time.sleep(120)"
+
+
+def task(name: str, code: str, group: str = "rollout", restart: bool = True) -> TaskSpec:
+    return TaskSpec(name=name, group=group, argv=(sys.executable, "-c", code), restart=restart)
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
+def nothing_left(orchestrator: LocalOrchestrator, run_id: str) -> bool:
+    record = orchestrator.run_dir(run_id).read()
+    leaders = [t.process for t in record.tasks if t.process is not None]
+    if record.supervisor is not None:
+        leaders.append(record.supervisor)
+    return all(not group_members(leader) for leader in leaders)
+
+
+@pytest.fixture
+def orchestrator(tmp_path: Path):
+    orchestrator = LocalOrchestrator(tmp_path / "state", config=FAST)
+    yield orchestrator
+    for run_id in orchestrator.runs():
+        orchestrator.stop(run_id)
+
+
+def test_stop_ends_every_task_and_what_it_forked(orchestrator: LocalOrchestrator) -> None:
+    forks = (
+        "import subprocess, sys, time; "
+        f"subprocess.Popen([sys.executable, '-c', {SLEEP!r}]); time.sleep(120)"
+    )
+    orchestrator.submit(RunSpec("r1", (task("a", SLEEP), task("b", forks))))
+    record = orchestrator.run_dir("r1").read()
+    b = record.task("b").process
+    assert b is not None
+    wait_until(lambda: len(group_members(b)) == 2)  # b and its grandchild
+
+    orchestrator.stop("r1")
+
+    assert nothing_left(orchestrator, "r1")
+    assert orchestrator.record("r1").state is RunState.STOPPED
+    assert {s.state for s in orchestrator.status("r1")} == {TaskState.STOPPED}
+
+
+def test_a_crashing_task_is_restarted_with_growing_backoff_then_fails(
+    orchestrator: LocalOrchestrator,
+) -> None:
+    stamps = "import time; print('started', time.monotonic(), flush=True); raise SystemExit(3)"
+    orchestrator.submit(RunSpec("r2", (task("crasher", stamps), task("idle", SLEEP))))
+
+    wait_until(lambda: orchestrator.status("r2")[0].state is TaskState.FAILED)
+
+    crasher = orchestrator.status("r2")[0]
+    assert (crasher.restarts, crasher.exit_code) == (FAST.max_restarts, 3)
+    starts = [float(line.split()[1]) for line in orchestrator.logs("r2", "crasher")
+              if line.startswith("started")]  # fmt: skip
+    gaps = [later - earlier for earlier, later in zip(starts, starts[1:], strict=False)]
+    assert len(starts) == FAST.max_restarts + 1
+    for gap, backoff in zip(gaps, (0.1, 0.2, 0.4), strict=True):
+        assert gap >= backoff
+    assert gaps[-1] > gaps[0]
+    # A worker that crash-loops does not end the run: only the primary (trainer) does.
+    assert orchestrator.status("r2")[1].state is TaskState.RUNNING
+
+
+def test_a_task_that_crashes_once_is_restarted_and_completes(
+    orchestrator: LocalOrchestrator, tmp_path: Path
+) -> None:
+    marker = tmp_path / "crashed-once"
+    code = (
+        "import pathlib, sys; p = pathlib.Path(sys.argv[1]); "
+        "sys.exit(0) if p.exists() else (p.touch(), sys.exit(1))"
+    )
+    spec = TaskSpec("flaky", "rollout", (sys.executable, "-c", code, str(marker)))
+    orchestrator.submit(RunSpec("r3", (spec,)))
+
+    assert orchestrator.wait("r3", timeout=20) is RunState.COMPLETE
+    [status] = orchestrator.status("r3")
+    assert (status.state, status.restarts, status.exit_code) == (TaskState.COMPLETE, 1, 0)
+
+
+def test_the_run_ends_with_its_trainer_and_the_rest_are_stopped(
+    orchestrator: LocalOrchestrator,
+) -> None:
+    orchestrator.submit(
+        RunSpec("r4", (task("trainer", "print('done')", group="trainer"), task("w", SLEEP)))
+    )
+
+    assert orchestrator.wait("r4", timeout=20) is RunState.COMPLETE
+    states = {s.name: s.state for s in orchestrator.status("r4")}
+    assert states == {"trainer": TaskState.COMPLETE, "w": TaskState.STOPPED}
+    assert nothing_left(orchestrator, "r4")
+    assert "done" in list(orchestrator.logs("r4", "trainer"))
+
+
+def test_a_failed_trainer_fails_the_run(orchestrator: LocalOrchestrator) -> None:
+    trainer = task("trainer", "raise SystemExit(5)", group="trainer", restart=False)
+    orchestrator.submit(RunSpec("r5", (trainer, task("w", SLEEP))))
+
+    assert orchestrator.wait("r5", timeout=20) is RunState.FAILED
+    states = {s.name: (s.state, s.exit_code) for s in orchestrator.status("r5")}
+    assert states["trainer"] == (TaskState.FAILED, 5)
+    assert states["w"][0] is TaskState.STOPPED
+    assert nothing_left(orchestrator, "r5")
+
+
+def test_status_logs_and_stop_work_from_another_instance(
+    orchestrator: LocalOrchestrator,
+) -> None:
+    hello = "print('hello from a', flush=True); import time; time.sleep(120)"
+    orchestrator.submit(RunSpec("r6", (task("a", hello), task("b", SLEEP))))
+    other = LocalOrchestrator(orchestrator.state_dir)
+
+    statuses = other.status("r6")
+    assert [(s.name, s.state) for s in statuses] == [
+        ("a", TaskState.RUNNING),
+        ("b", TaskState.RUNNING),
+    ]
+    assert all(s.pid is not None and os.path.exists(f"/proc/{s.pid}") for s in statuses)
+    wait_until(lambda: any("[a] hello from a" in line for line in other.logs("r6")))
+    assert other.runs() == ["r6"]
+
+    other.stop("r6")
+
+    assert orchestrator.record("r6").state is RunState.STOPPED
+    assert nothing_left(orchestrator, "r6")
+
+
+def test_stop_after_the_supervisor_was_killed_still_ends_the_tasks(
+    orchestrator: LocalOrchestrator,
+) -> None:
+    orchestrator.submit(RunSpec("r7", (task("a", SLEEP),)))
+    supervisor = orchestrator.run_dir("r7").read().supervisor
+    assert supervisor is not None
+    os.kill(supervisor.pid, signal.SIGKILL)
+    wait_until(lambda: not supervisor.is_alive())
+
+    assert orchestrator.record("r7").state is RunState.FAILED  # lost, not "running"
+    orchestrator.stop("r7")
+
+    assert nothing_left(orchestrator, "r7")
+    assert orchestrator.status("r7")[0].state is TaskState.STOPPED
+
+
+def test_a_run_id_is_used_once(orchestrator: LocalOrchestrator) -> None:
+    orchestrator.submit(RunSpec("r8", (task("a", "pass"),)))
+    with pytest.raises(OrchestratorError, match="already exists"):
+        orchestrator.submit(RunSpec("r8", (task("a", "pass"),)))
+
+
+def test_an_unknown_run_is_one_clear_error(orchestrator: LocalOrchestrator) -> None:
+    with pytest.raises(OrchestratorError, match="No run 'nope'"):
+        orchestrator.status("nope")
