@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import sys
@@ -83,9 +84,9 @@ def test_a_crashing_task_is_restarted_with_growing_backoff_then_fails(
 
     crasher = orchestrator.status("r2")[0]
     assert (crasher.restarts, crasher.exit_code) == (FAST.max_restarts, 3)
-    starts = [float(line.split()[1]) for line in orchestrator.logs("r2", "crasher")
-              if line.startswith("started")]  # fmt: skip
-    gaps = [later - earlier for earlier, later in zip(starts, starts[1:], strict=False)]
+    lines = orchestrator.logs("r2", "crasher")
+    starts = [float(line.split()[1]) for line in lines if line.startswith("started")]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(starts)]
     assert len(starts) == FAST.max_restarts + 1
     for gap, backoff in zip(gaps, (0.1, 0.2, 0.4), strict=True):
         assert gap >= backoff
