@@ -1,0 +1,121 @@
+"""Create a run's topics idempotently with explicit configs, and check the broker answers.
+
+Topic settings are part of the design (per-env order needs keys and fixed partitions, the
+control topic must keep every version forever, records may be megabytes), so they are set
+here explicitly instead of inheriting whatever defaults a broker has.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._metadata import ClusterMetadata
+from confluent_kafka.cimpl import NewTopic
+
+from coach_stream.errors import ConfigError, ServiceUnavailableError
+from coach_stream.transport.settings import KafkaSettings, RunTopics
+
+FOREVER = "-1"
+
+
+@dataclass(frozen=True)
+class TopicPlan:
+    """One topic to create: partitions and its explicit configs."""
+
+    name: str
+    partitions: int
+    config: dict[str, str]
+
+
+def unreachable(settings: KafkaSettings, timeout: float, cause: object) -> ServiceUnavailableError:
+    return ServiceUnavailableError(
+        f"Kafka at {settings.bootstrap_servers} did not answer within {timeout:g}s ({cause}); "
+        "start it with `coach-stream stack up` or set KAFKA_BOOTSTRAP_SERVERS to a running broker."
+    )
+
+
+def check_broker(settings: KafkaSettings, timeout: float = 10.0) -> ClusterMetadata:
+    """The cluster metadata, or ServiceUnavailableError if no broker answers within ``timeout``."""
+    admin = AdminClient(settings.admin_config())
+    try:
+        return admin.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise unreachable(settings, timeout, exc.args[0]) from exc
+
+
+def plan_run_topics(
+    settings: KafkaSettings,
+    topics: RunTopics,
+    experience_partitions: int,
+    experience_retention_ms: int = -1,
+) -> list[TopicPlan]:
+    """The explicit partitions and configs of a run's three topics."""
+    if experience_partitions < 1:
+        raise ConfigError(
+            f"experience_partitions is {experience_partitions}; use at least 1 "
+            "(the default is one per rollout worker)."
+        )
+    record = str(settings.max_message_bytes + 4096)
+    common = {"cleanup.policy": "delete", "max.message.bytes": record,
+              "message.timestamp.type": "CreateTime"}
+    return [
+        TopicPlan(topics.experience, experience_partitions,
+                  {**common, "retention.ms": str(experience_retention_ms),
+                   "retention.bytes": FOREVER}),
+        TopicPlan(topics.control, 1,
+                  {**common, "retention.ms": FOREVER, "retention.bytes": FOREVER}),
+        TopicPlan(topics.dead_letter, 1,
+                  {**common, "retention.ms": FOREVER, "retention.bytes": FOREVER}),
+    ]
+
+
+def ensure_run_topics(
+    settings: KafkaSettings,
+    topics: RunTopics,
+    experience_partitions: int,
+    *,
+    experience_retention_ms: int = -1,
+    replication_factor: int = -1,
+    timeout: float = 30.0,
+) -> None:
+    """Create the run's topics if absent (``replication_factor=-1``: the broker default).
+
+    Existing topics are kept as they are, except that a control or dead-letter topic
+    with more than one partition is refused: control messages must stay totally ordered.
+    """
+    plans = plan_run_topics(settings, topics, experience_partitions, experience_retention_ms)
+    admin = AdminClient(settings.admin_config())
+    new = [NewTopic(p.name, p.partitions, replication_factor, config=p.config) for p in plans]
+    try:
+        futures = admin.create_topics(new, operation_timeout=timeout, request_timeout=timeout)
+    except KafkaException as exc:
+        raise unreachable(settings, timeout, exc.args[0]) from exc
+    for name, future in futures.items():
+        try:
+            future.result(timeout=timeout)
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                continue
+            if error.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
+                                KafkaError._ALL_BROKERS_DOWN):
+                raise unreachable(settings, timeout, error) from exc
+            raise ConfigError(
+                f"Kafka refused to create topic {name} ({error.str()}); check the broker's "
+                "limits (message.max.bytes, replication) or the KafkaSettings."
+            ) from exc
+        except TimeoutError as exc:
+            raise unreachable(settings, timeout, "create_topics timed out") from exc
+    try:
+        metadata = admin.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise unreachable(settings, timeout, exc.args[0]) from exc
+    for single in (topics.control, topics.dead_letter):
+        found = metadata.topics.get(single)
+        if found is not None and len(found.partitions) != 1:
+            raise ConfigError(
+                f"Topic {single} exists with {len(found.partitions)} partitions; it must have "
+                "exactly 1 (total order). Delete it or use a new run id."
+            )

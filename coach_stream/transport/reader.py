@@ -1,0 +1,255 @@
+"""The Kafka experience reader: decoded chunks in batches, with positions for checkpoints.
+
+The reader assigns itself every partition of the run's experience topic (one trainer per
+run), so its place in the log is exactly ``positions()``: the trainer stores them in its
+checkpoint and ``seek``s back to them on restart; ``commit`` only informs lag tools.
+A record that cannot be decoded is copied, untouched, to ``<run>.dead-letter`` with
+headers naming the error and where it came from, counted, and skipped: one bad producer
+never stops training. ``read`` returns only once those copies are acknowledged.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Literal, Self
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from coach_stream.codec import decode_chunk
+from coach_stream.core import ExperienceChunk, Positions
+from coach_stream.errors import ConfigError, DecodeError, ServiceUnavailableError
+from coach_stream.transport.admin import unreachable
+from coach_stream.transport.settings import KafkaSettings, RunTopics
+from coach_stream.transport.writer import KafkaRecordProducer
+
+log = logging.getLogger(__name__)
+
+Start = Literal["earliest", "committed"]
+
+
+@dataclass
+class ReaderStats:
+    """Records consumed, chunks returned, records dead-lettered, value bytes consumed."""
+
+    records: int = 0
+    chunks: int = 0
+    dead_lettered: int = 0
+    bytes: int = 0
+
+
+class KafkaExperienceReader:
+    """``core.ExperienceReader`` over the run's experience topic."""
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        topics: RunTopics,
+        group_id: str,
+        *,
+        start: Start = "earliest",
+        decode: Callable[[bytes], ExperienceChunk] = decode_chunk,
+        timeout: float = 10.0,
+    ) -> None:
+        self.settings = settings
+        self.topics = topics
+        self.group_id = group_id
+        self.stats = ReaderStats()
+        self._start = start
+        self._decode = decode
+        self._timeout = timeout
+        self._consumer: Consumer | None = None
+        self._dead_letter = KafkaRecordProducer(settings, topics.dead_letter)
+        self._next: dict[int, int] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def open(self) -> None:
+        """Connect and assign every partition (``__enter__`` calls it)."""
+        if self._consumer is not None:
+            return
+        consumer = Consumer(self.settings.consumer_config(self.group_id))
+        topic = self.topics.experience
+        try:
+            metadata = consumer.list_topics(topic, timeout=self._timeout)
+            found = metadata.topics.get(topic)
+            if found is None or found.error is not None or not found.partitions:
+                raise ConfigError(
+                    f"Topic {topic} does not exist on {self.settings.bootstrap_servers}; "
+                    "create the run's topics first (ensure_run_topics, done by `coach-stream "
+                    "launch`) or check the run id."
+                )
+            partitions = sorted(found.partitions)
+            self._next = dict.fromkeys(partitions, 0)
+            if self._start == "committed":
+                committed = consumer.committed(
+                    [TopicPartition(topic, p) for p in partitions], timeout=self._timeout
+                )
+                for tp in committed:
+                    if tp.offset >= 0:
+                        self._next[tp.partition] = tp.offset
+        except KafkaException as exc:
+            consumer.close()
+            raise unreachable(self.settings, self._timeout, exc.args[0]) from exc
+        except BaseException:
+            consumer.close()
+            raise
+        self._consumer = consumer
+        self._assign()
+
+    def close(self) -> None:
+        try:
+            self._dead_letter.close()
+        finally:
+            if self._consumer is not None:
+                self._consumer.close()
+                self._consumer = None
+
+    def __enter__(self) -> Self:
+        self.open()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _client(self) -> Consumer:
+        if self._consumer is None:
+            raise RuntimeError("KafkaExperienceReader used outside `with` (call open() first)")
+        return self._consumer
+
+    def _assign(self) -> None:
+        topic = self.topics.experience
+        self._client().assign([TopicPartition(topic, p, o) for p, o in self._next.items()])
+
+    # ------------------------------------------------------------------ reading
+
+    def read(self, max_chunks: int, timeout: float) -> list[ExperienceChunk]:
+        """Up to ``max_chunks`` decoded chunks, waiting at most ``timeout`` for the first."""
+        consumer = self._client()
+        messages = consumer.consume(max_chunks, 0)
+        if not messages:
+            first = consumer.poll(timeout)
+            if first is None:
+                return []
+            messages = [first]
+            if max_chunks > 1:
+                messages += consumer.consume(max_chunks - 1, 0)
+        chunks: list[ExperienceChunk] = []
+        decode = self._decode
+        dead = 0
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                self._on_error(error)
+                continue
+            partition, offset, value = message.partition(), message.offset(), message.value()
+            assert partition is not None and offset is not None
+            self._next[partition] = offset + 1
+            try:
+                if value is None:
+                    raise DecodeError("Record has no value (a tombstone).")
+                chunks.append(decode(value))
+            except DecodeError as exc:
+                self._send_to_dead_letter(message, str(exc))
+                dead += 1
+            else:
+                self.stats.bytes += len(value)
+        self.stats.records += len(messages)
+        self.stats.chunks += len(chunks)
+        if dead:
+            self._dead_letter.flush(self.settings.delivery_timeout_ms / 1000 + 5)
+        return chunks
+
+    def _on_error(self, error: KafkaError) -> None:
+        if error.code() == KafkaError._PARTITION_EOF:
+            return
+        if error.fatal() or error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            raise ServiceUnavailableError(
+                f"Reading {self.topics.experience} failed ({error.str()}); check the broker at "
+                f"{self.settings.bootstrap_servers} and that the run's topics exist."
+            )
+        log.warning("transient consumer error on %s: %s", self.topics.experience, error.str())
+
+    def _send_to_dead_letter(self, message: Message, reason: str) -> None:
+        self.stats.dead_lettered += 1
+        log.warning("dead-lettering %s[%s]@%s: %s", message.topic(), message.partition(),
+                    message.offset(), reason)
+        self._dead_letter.produce(
+            message.key(),
+            message.value() or b"",
+            headers=[
+                ("error", reason),
+                ("source.topic", message.topic() or ""),
+                ("source.partition", str(message.partition())),
+                ("source.offset", str(message.offset())),
+            ],
+        )
+
+    # ------------------------------------------------------------------ positions
+
+    def positions(self) -> Positions:
+        return dict(self._next)
+
+    def seek(self, positions: Mapping[int, int]) -> None:
+        unknown = sorted(set(positions) - set(self._next))
+        if unknown:
+            raise ConfigError(
+                f"Cannot seek {self.topics.experience} to partitions {unknown}: it has "
+                f"{len(self._next)}; the positions belong to another topic or run."
+            )
+        self._next.update({p: int(o) for p, o in positions.items()})
+        self._assign()
+
+    def commit(self) -> None:
+        topic = self.topics.experience
+        offsets = [TopicPartition(topic, p, o) for p, o in self._next.items()]
+        try:
+            self._client().commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            raise unreachable(self.settings, self._timeout, exc.args[0]) from exc
+
+    def end_offsets(self) -> Positions:
+        """The current end (high watermark) of every partition."""
+        consumer, topic = self._client(), self.topics.experience
+        try:
+            return {
+                p: consumer.get_watermark_offsets(TopicPartition(topic, p),
+                                                  timeout=self._timeout)[1]
+                for p in self._next
+            }
+        except KafkaException as exc:
+            raise unreachable(self.settings, self._timeout, exc.args[0]) from exc
+
+    def at_end(self) -> bool:
+        """Whether every record written so far has been read."""
+        return all(self._next[p] >= end for p, end in self.end_offsets().items())
+
+    def read_until_end(self, max_chunks: int, timeout: float = 10.0
+                       ) -> Iterator[list[ExperienceChunk]]:
+        """Batches until the end offsets seen at the call (for replay tools and tests).
+
+        Raises ServiceUnavailableError if no record arrives for ``timeout`` seconds.
+        """
+        end = self.end_offsets()
+        last_progress = time.monotonic()
+        while any(self._next[p] < e for p, e in end.items()):
+            before = self.stats.records
+            batch = self.read(max_chunks, min(timeout, 0.5))
+            if self.stats.records != before:
+                last_progress = time.monotonic()
+                if batch:
+                    yield batch
+            elif time.monotonic() - last_progress > timeout:
+                raise ServiceUnavailableError(
+                    f"Reading {self.topics.experience} stalled at {self.positions()} before "
+                    f"the end {end} for {timeout:g}s; check the broker at "
+                    f"{self.settings.bootstrap_servers}."
+                )
