@@ -1,0 +1,207 @@
+"""Worker side: the newest announced policy, fetched, verified and loaded safely.
+
+A worker must never act with weights that differ from what the trainer announced, and
+must never stop acting because one checkpoint is bad. So every version is fetched,
+checked against its announced sha256 and size, loaded with ``weights_only=True``, and
+only then swapped in; a version that fails is rejected with a logged reason and the
+current policy stays. Missing or corrupt objects are rejected for good; a store outage
+is retried after ``retry_after_s``, since the object itself may be fine.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Protocol, runtime_checkable
+
+from coach_stream.checkpoints.serialization import policy_from_bytes
+from coach_stream.core import (
+    CheckpointStore,
+    ControlMessage,
+    ControlSubscriber,
+    EvaluationReport,
+    LoadedPolicy,
+    PolicyVersion,
+    RunFinished,
+)
+from coach_stream.errors import (
+    CheckpointError,
+    CheckpointNotFoundError,
+    IntegrityError,
+    RunEndedError,
+)
+
+log = logging.getLogger(__name__)
+
+_WAIT_SLICE_S = 0.5  # wait_for polls in slices so RunFinished and timeouts are noticed
+
+
+@runtime_checkable
+class ControlLogReader(ControlSubscriber, Protocol):
+    """A ``ControlSubscriber`` that can also catch up to the topic's current end."""
+
+    def read_to_end(self, timeout: float) -> list[ControlMessage]:
+        """Every message not yet returned, up to the end the topic had when called."""
+
+
+class CheckpointPolicySource:
+    """``PolicySource`` over a control subscriber and a checkpoint store."""
+
+    def __init__(
+        self,
+        subscriber: ControlLogReader,
+        store: CheckpointStore,
+        *,
+        run_id: str | None = None,
+        retry_after_s: float = 5.0,
+        loader: Callable[[bytes], Mapping[str, object]] = policy_from_bytes,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._subscriber = subscriber
+        self._store = store
+        self._run_id = run_id
+        self._retry_after_s = retry_after_s
+        self._loader = loader
+        self._clock = clock
+        self._current: LoadedPolicy | None = None
+        self._announced: dict[int, PolicyVersion] = {}  # newer than current, not rejected
+        self._latest_announced: PolicyVersion | None = None
+        self._rejected: dict[int, str] = {}
+        self._retry_at: dict[int, float] = {}
+        self._finished: RunFinished | None = None
+        self._evaluations: list[EvaluationReport] = []
+
+    # ------------------------------------------------------------------ PolicySource
+
+    def latest(self, timeout: float) -> LoadedPolicy | None:
+        self._absorb(self._subscriber.read_to_end(timeout))
+        self._load_newest()
+        return self._current
+
+    def poll(self) -> LoadedPolicy | None:
+        before = self._current
+        self._absorb(self._subscriber.poll(0.0))
+        self._load_newest()
+        return self._current if self._current is not before else None
+
+    def wait_for(self, version: int, timeout: float) -> LoadedPolicy:
+        deadline = self._clock() + timeout
+        while True:
+            self._load_newest()
+            if self._current is not None and self._current.version.version >= version:
+                return self._current
+            if self._finished is not None:
+                raise RunEndedError(
+                    f"run {self._finished.run_id} finished at version "
+                    f"{self._finished.final_version} ({self._finished.reason}) before version "
+                    f"{version} was announced; the worker should exit."
+                )
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                raise TimeoutError(self._timeout_message(version, timeout))
+            self._absorb(self._subscriber.poll(min(remaining, _WAIT_SLICE_S)))
+
+    @property
+    def finished(self) -> RunFinished | None:
+        return self._finished
+
+    # ------------------------------------------------------------------ for status tools
+
+    @property
+    def current(self) -> LoadedPolicy | None:
+        return self._current
+
+    @property
+    def latest_announced(self) -> PolicyVersion | None:
+        """The newest version seen on the topic (policy lag = this - behaviour version)."""
+        return self._latest_announced
+
+    @property
+    def rejected(self) -> Mapping[int, str]:
+        """Versions refused for good, with the reason."""
+        return dict(self._rejected)
+
+    @property
+    def evaluations(self) -> list[EvaluationReport]:
+        """Evaluation reports read so far (workers skip them; trainers and tools use them)."""
+        return list(self._evaluations)
+
+    # ------------------------------------------------------------------ internals
+
+    def _absorb(self, messages: list[ControlMessage]) -> None:
+        for message in messages:
+            if self._run_id is not None and message.run_id != self._run_id:
+                log.warning(
+                    "ignoring a control message of run %s on run %s's topic",
+                    message.run_id,
+                    self._run_id,
+                )
+            elif isinstance(message, PolicyVersion):
+                self._note_version(message)
+            elif isinstance(message, RunFinished):
+                self._finished = message
+            elif isinstance(message, EvaluationReport):
+                self._evaluations.append(message)
+
+    def _note_version(self, message: PolicyVersion) -> None:
+        if self._latest_announced is None or message.version > self._latest_announced.version:
+            self._latest_announced = message
+        current = self._current.version.version if self._current is not None else -1
+        if message.version > current and message.version not in self._rejected:
+            self._announced[message.version] = message
+
+    def _load_newest(self) -> None:
+        """Try announced versions newest first; the first that verifies becomes current."""
+        now = self._clock()
+        for version in sorted(self._announced, reverse=True):
+            if self._retry_at.get(version, 0.0) > now:
+                continue
+            loaded = self._try_load(self._announced[version])
+            if loaded is not None:
+                self._current = loaded
+                self._announced = {v: m for v, m in self._announced.items() if v > version}
+                return
+
+    def _try_load(self, message: PolicyVersion) -> LoadedPolicy | None:
+        keeping = self._current.version.version if self._current is not None else None
+        try:
+            blob = self._store.get(message.uri, expected_sha256=message.sha256)
+            if len(blob) != message.size:
+                raise IntegrityError(
+                    f"checkpoint {message.uri} holds {len(blob)} bytes, {message.size} announced."
+                )
+            state_dict = self._loader(blob)
+        except (IntegrityError, CheckpointNotFoundError) as exc:
+            self._rejected[message.version] = str(exc)
+            self._announced.pop(message.version, None)
+            log.warning(
+                "rejected policy version %d (%s): %s; keeping version %s",
+                message.version,
+                message.uri,
+                exc,
+                keeping,
+            )
+            return None
+        except CheckpointError as exc:
+            self._retry_at[message.version] = self._clock() + self._retry_after_s
+            log.warning(
+                "could not fetch policy version %d (%s): %s; keeping version %s, retry in %.0f s",
+                message.version,
+                message.uri,
+                exc,
+                keeping,
+                self._retry_after_s,
+            )
+            return None
+        self._retry_at.pop(message.version, None)
+        return LoadedPolicy(version=message, state_dict=state_dict)
+
+    def _timeout_message(self, version: int, timeout: float) -> str:
+        have = self._current.version.version if self._current is not None else None
+        rejected = {v: r for v, r in self._rejected.items() if v >= version}
+        detail = f"; rejected: {rejected}" if rejected else ""
+        return (
+            f"policy version {version} was not available within {timeout:.1f} s (have {have}"
+            f"{detail}); check that the trainer is running and publishing."
+        )
