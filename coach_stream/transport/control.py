@@ -1,0 +1,212 @@
+"""The control topic on Kafka: policy versions, evaluations and the end of a run.
+
+One partition, every message kept, so order is total and a late worker can rebuild the
+whole history by reading from offset 0. The publisher waits for the broker's ack on every
+message (there are few, and the announcer must know a version is durable before it moves
+on). The subscriber assigns the partition manually and commits nothing: each process
+reads the topic from the beginning on its own, so no consumer group coordination (and no
+rebalance pause) sits on the path of a policy update.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from types import TracebackType
+from typing import Self
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+
+from coach_stream.codec import decode_control, encode_control
+from coach_stream.core import ControlMessage
+from coach_stream.errors import DecodeError, DeliveryError, ServiceUnavailableError
+from coach_stream.transport.settings import KafkaSettings, RunTopics
+
+log = logging.getLogger(__name__)
+
+_DRAIN_BATCH = 500
+_CATCH_UP_SLICE_S = 0.2
+
+
+class KafkaControlPublisher:
+    """``ControlPublisher``: appends one message and waits for ``acks=all``."""
+
+    def __init__(self, settings: KafkaSettings, topics: RunTopics, timeout_s: float = 30.0) -> None:
+        self._settings = settings
+        self._topic = topics.control
+        self._timeout_s = timeout_s
+        self._producer: Producer | None = None
+
+    def _client(self) -> Producer:
+        if self._producer is None:
+            # Few, latency-sensitive messages: send at once instead of lingering for a batch.
+            self._producer = Producer({**self._settings.producer_config(), "linger.ms": 0})
+        return self._producer
+
+    def publish(self, message: ControlMessage) -> None:
+        value = encode_control(message)
+        failures: list[str] = []
+
+        def on_delivery(error: KafkaError | None, _message: Message) -> None:
+            if error is not None:
+                failures.append(error.str())
+
+        producer = self._client()
+        try:
+            producer.produce(self._topic, value, message.run_id.encode(), on_delivery=on_delivery)
+        except (KafkaException, BufferError) as exc:
+            raise DeliveryError(
+                f"Kafka refused a control message for {self._topic} ({exc}); check the broker "
+                f"at {self._settings.bootstrap_servers}."
+            ) from exc
+        left = producer.flush(self._timeout_s)
+        if left:
+            raise DeliveryError(
+                f"a {type(message).__name__} for {self._topic} was not acknowledged within "
+                f"{self._timeout_s:g} s; check that the broker at "
+                f"{self._settings.bootstrap_servers} is up."
+            )
+        if failures:
+            raise DeliveryError(
+                f"Kafka rejected a {type(message).__name__} for {self._topic} ({failures[0]}); "
+                "check that the run's topics exist (coach-stream launch creates them)."
+            )
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(self._timeout_s)
+            self._producer = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class KafkaControlSubscriber:
+    """``ControlSubscriber`` (plus ``read_to_end``): every control message, from offset 0."""
+
+    def __init__(self, settings: KafkaSettings, topics: RunTopics, timeout_s: float = 10.0) -> None:
+        self._settings = settings
+        self._topic = topics.control
+        self._timeout_s = timeout_s
+        self._consumer: Consumer | None = None
+        self._position = 0  # next offset to return
+        self.undecodable = 0
+
+    def _client(self) -> Consumer:
+        if self._consumer is None:
+            # A private group id: nothing is committed, the id only satisfies librdkafka.
+            group = f"{self._settings.topic_prefix}.control-reader.{uuid.uuid4().hex}"
+            consumer = Consumer(self._settings.consumer_config(group))
+            consumer.assign([TopicPartition(self._topic, 0, OFFSET_BEGINNING)])
+            self._consumer = consumer
+        return self._consumer
+
+    @property
+    def position(self) -> int:
+        """The offset of the next message this subscriber will return."""
+        return self._position
+
+    def poll(self, timeout: float) -> list[ControlMessage]:
+        consumer = self._client()
+        first = consumer.poll(max(timeout, 0.0))
+        if first is None:
+            return []
+        batch = [first, *consumer.consume(num_messages=_DRAIN_BATCH, timeout=0)]
+        return self._decode(batch)
+
+    def end_offset(self) -> int:
+        """The topic's current end: the offset the next published message will get."""
+        try:
+            low, high = self._client().get_watermark_offsets(
+                TopicPartition(self._topic, 0), timeout=self._timeout_s, cached=False
+            )
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise ServiceUnavailableError(
+                    f"control topic {self._topic} does not exist; start the run with "
+                    "`coach-stream launch` (it creates the topics) or check the run id."
+                ) from exc
+            raise ServiceUnavailableError(
+                f"Kafka at {self._settings.bootstrap_servers} did not report the end of "
+                f"{self._topic} ({error.str()}); check that the broker is up."
+            ) from exc
+        self._position = max(self._position, low)  # retention may have removed a head
+        return int(high)
+
+    def read_to_end(self, timeout: float) -> list[ControlMessage]:
+        """Every message up to the end the topic had when called (at most ``timeout`` s)."""
+        deadline = time.monotonic() + timeout
+        end = self.end_offset()
+        messages: list[ControlMessage] = []
+        while self._position < end:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ServiceUnavailableError(
+                    f"read only up to offset {self._position} of {end} on {self._topic} within "
+                    f"{timeout:g} s; check the broker at {self._settings.bootstrap_servers}."
+                )
+            messages += self.poll(min(remaining, _CATCH_UP_SLICE_S))
+        return messages
+
+    def _decode(self, batch: list[Message]) -> list[ControlMessage]:
+        decoded: list[ControlMessage] = []
+        for message in batch:
+            error = message.error()
+            if error is not None:
+                self._on_error(error)
+                continue
+            offset = message.offset()
+            if offset is not None:
+                self._position = max(self._position, offset + 1)
+            try:
+                decoded.append(decode_control(message.value() or b""))
+            except DecodeError as exc:
+                self.undecodable += 1
+                log.warning(
+                    "skipping undecodable control message %s@%s: %s", self._topic, offset, exc
+                )
+        return decoded
+
+    def _on_error(self, error: KafkaError) -> None:
+        if error.code() == KafkaError._PARTITION_EOF:
+            return
+        if error.fatal() or error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            raise ServiceUnavailableError(
+                f"reading {self._topic} failed ({error.str()}); check the broker at "
+                f"{self._settings.bootstrap_servers} and that the run's topics exist."
+            )
+        log.warning("transient consumer error on %s: %s", self._topic, error.str())
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
