@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from coach_stream.codec import encode_chunk
 from coach_stream.core import ExperienceChunk
@@ -82,6 +82,13 @@ class KafkaRecordProducer:
             except BufferError:
                 producer.poll(0.05)
                 self._raise_failures()
+            except KafkaException as exc:  # refused locally, e.g. larger than message.max.bytes
+                self.stats.failed += 1
+                raise DeliveryError(
+                    f"Kafka refused a {len(value)}-byte record for topic {self.topic} "
+                    f"({exc.args[0].str()}); raise KafkaSettings.max_message_bytes or write "
+                    "smaller chunks."
+                ) from exc
         self.stats.queued += 1
         producer.poll(0)
 

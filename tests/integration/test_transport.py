@@ -1,0 +1,269 @@
+"""Experience on the real broker: round trips, order, positions, dead-letter, delivery errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+import avro.io
+import avro.schema
+import numpy as np
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource
+from confluent_kafka.cimpl import NewTopic
+
+from coach_stream.codec import default_registry, encode_chunk
+from coach_stream.codec.avro import HEADER_SIZE, MAGIC
+from coach_stream.codec.chunks import CHUNK_SCHEMA
+from coach_stream.core import ExperienceChunk
+from coach_stream.errors import DeliveryError, ServiceUnavailableError
+from coach_stream.transport import (
+    KafkaExperienceReader,
+    KafkaExperienceWriter,
+    KafkaRecordProducer,
+    KafkaSettings,
+    RunTopics,
+    check_broker,
+    ensure_run_topics,
+)
+
+PARTITIONS = 4
+
+
+def chunk(worker: int, env: int, seq: int, steps: int, obs_shape: tuple[int, ...] = (4,),
+          obs_dtype: str = "float32") -> ExperienceChunk:
+    rng = np.random.default_rng([worker, env, seq])
+    terminated = np.zeros(steps, bool)
+    terminated[-1] = seq % 3 == 2
+    return ExperienceChunk(
+        run_id="it", worker_id=worker, env_index=env, chunk_seq=seq, policy_version=seq // 4,
+        first_step=(seq % 3) * steps,
+        observations=(rng.random((steps + 1, *obs_shape)) * 200).astype(obs_dtype),
+        actions=rng.integers(0, 2, steps, dtype=np.int64),
+        rewards=rng.standard_normal(steps).astype(np.float32),
+        terminated=terminated, truncated=np.zeros(steps, bool),
+        log_probs=rng.standard_normal(steps).astype(np.float32),
+        values=None,
+        episode_return=float(seq) if terminated[-1] else None,
+        episode_length=3 * steps if terminated[-1] else None,
+        created_at_ms=1_700_000_000_000 + seq,
+    )
+
+
+@pytest.fixture
+def settings(kafka_bootstrap: str) -> KafkaSettings:
+    return KafkaSettings(bootstrap_servers=kafka_bootstrap, linger_ms=5)
+
+
+@pytest.fixture
+def topics(settings: KafkaSettings) -> Iterator[RunTopics]:
+    run = RunTopics.for_run(f"it-{uuid.uuid4().hex[:12]}", settings.topic_prefix)
+    ensure_run_topics(settings, run, experience_partitions=PARTITIONS)
+    yield run
+    AdminClient(settings.admin_config()).delete_topics(
+        [run.experience, run.control, run.dead_letter], operation_timeout=10
+    )
+
+
+def read_all(settings: KafkaSettings, topics: RunTopics, group: str = "g"
+             ) -> tuple[list[ExperienceChunk], KafkaExperienceReader]:
+    out: list[ExperienceChunk] = []
+    with KafkaExperienceReader(settings, topics, group) as reader:
+        for batch in reader.read_until_end(2048, timeout=30):
+            out.extend(batch)
+    return out, reader
+
+
+def test_topics_are_created_idempotently_with_explicit_configs(
+    settings: KafkaSettings, topics: RunTopics
+) -> None:
+    ensure_run_topics(settings, topics, experience_partitions=PARTITIONS)  # second time: no-op
+    metadata = check_broker(settings, timeout=10)
+    assert len(metadata.topics[topics.experience].partitions) == PARTITIONS
+    assert len(metadata.topics[topics.control].partitions) == 1
+    assert len(metadata.topics[topics.dead_letter].partitions) == 1
+    resource = ConfigResource("topic", topics.control)
+    admin = AdminClient(settings.admin_config())
+    config = admin.describe_configs([resource])[resource].result(timeout=10)
+    assert config["retention.ms"].value == "-1"
+
+
+def test_200k_transitions_round_trip_bit_exact_in_per_key_order(
+    settings: KafkaSettings, topics: RunTopics
+) -> None:
+    steps, workers, envs, per_key = 250, 4, 4, 50  # 4*4*50 chunks * 250 steps = 200,000
+    sent: dict[tuple[int, int, int], ExperienceChunk] = {}
+    with KafkaExperienceWriter(settings, topics.experience) as writer:
+        for seq in range(per_key):
+            for w in range(workers):
+                for e in range(envs):
+                    c = chunk(w, e, seq, steps)
+                    sent[(w, e, seq)] = c
+                    writer.write(c)
+        writer.flush(60)
+        assert writer.stats.delivered == len(sent)
+    received, reader = read_all(settings, topics)
+    assert sum(c.num_steps for c in received) == 200_000
+    assert reader.stats.dead_lettered == 0
+    last_seq: dict[tuple[int, int], int] = defaultdict(lambda: -1)
+    for c in received:
+        key = (c.worker_id, c.env_index)
+        assert c.chunk_seq == last_seq[key] + 1, f"out of order for {key}"
+        last_seq[key] = c.chunk_seq
+        assert c.equals(sent[(c.worker_id, c.env_index, c.chunk_seq)])
+    assert len(received) == len(sent)
+
+
+def test_positions_seek_and_commit(settings: KafkaSettings, topics: RunTopics) -> None:
+    with KafkaExperienceWriter(settings, topics.experience) as writer:
+        for seq in range(40):
+            writer.write(chunk(seq % 5, 0, seq // 5, 3))
+    with KafkaExperienceReader(settings, topics, "trainer") as reader:
+        first: list[ExperienceChunk] = []
+        while len(first) < 15:
+            first += reader.read(15 - len(first), timeout=10)
+        saved = reader.positions()
+        assert sum(saved.values()) == 15
+        reader.commit()
+        rest = [c for batch in reader.read_until_end(100, timeout=30) for c in batch]
+    with KafkaExperienceReader(settings, topics, "trainer-restarted") as resumed:
+        resumed.seek(saved)
+        again = [c for batch in resumed.read_until_end(100, timeout=30) for c in batch]
+        assert resumed.at_end()
+    assert [(c.key, c.chunk_seq) for c in again] == [(c.key, c.chunk_seq) for c in rest]
+    assert len(first) + len(rest) == 40
+    with KafkaExperienceReader(settings, topics, "trainer", start="committed") as committed:
+        assert committed.positions() == saved
+
+
+def _zigzag(n: int) -> bytes:
+    value, out = (n << 1) ^ (n >> 63), bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _s(text: str) -> bytes:
+    return _zigzag(len(text)) + text.encode()
+
+
+def hostile(kind: int, rng: np.random.Generator, good: bytes) -> bytes:
+    obs_head = _s("float32") + _zigzag(2) + _zigzag(7) + _zigzag(4) + b"\x00"
+    if kind == 0:
+        return rng.bytes(int(rng.integers(0, 400)))
+    if kind == 1:
+        return good[: int(rng.integers(0, len(good) - 1))]
+    if kind == 2:
+        return MAGIC + rng.bytes(8) + good[HEADER_SIZE:]
+    if kind == 3:  # wrong dtype for the observations
+        return good.replace(obs_head, _s("float64") + obs_head[8:], 1)
+    if kind == 4:  # wrong shape (7, 4) -> (4, 7): byte count matches, T+1 rows do not
+        return good.replace(obs_head, _s("float32") + _zigzag(2) + _zigzag(4) + _zigzag(7)
+                            + b"\x00", 1)
+    # huge declared shape
+    return good.replace(obs_head, _s("float32") + _zigzag(2) + _zigzag(2**40) + _zigzag(2**40)
+                        + b"\x00", 1)
+
+
+def test_hostile_records_are_dead_lettered_and_good_ones_delivered(
+    settings: KafkaSettings, topics: RunTopics
+) -> None:
+    rng = np.random.default_rng(7)
+    good_chunks = [chunk(w, 0, s, 6) for s in range(30) for w in range(10)]
+    bad: dict[bytes, tuple[int, bytes]] = {}
+    with KafkaRecordProducer(settings, topics.experience) as producer:
+        for i, c in enumerate(good_chunks):
+            producer.produce(c.key.encode(), encode_chunk(c))
+            if i % 3 == 0 and len(bad) < 100:
+                key = f"hostile-{len(bad)}".encode()
+                value = hostile(len(bad) % 6, rng, encode_chunk(c))
+                assert value != encode_chunk(c)
+                bad[key] = (len(bad) % 6, value)
+                producer.produce(key, value)
+    assert len(bad) == 100
+    received, reader = read_all(settings, topics)
+    assert reader.stats.dead_lettered == 100
+    assert sorted((c.worker_id, c.chunk_seq) for c in received) == sorted(
+        (c.worker_id, c.chunk_seq) for c in good_chunks
+    )
+    by_key = {(c.worker_id, c.chunk_seq): c for c in good_chunks}
+    assert all(c.equals(by_key[(c.worker_id, c.chunk_seq)]) for c in received)
+
+    consumer = Consumer({**settings.consumer_config(f"dlq-{uuid.uuid4().hex}")})
+    consumer.assign([TopicPartition(topics.dead_letter, 0, 0)])
+    letters: list[Any] = []
+    try:
+        while len(letters) < 100:
+            batch = consumer.consume(100, timeout=10)
+            assert batch, "dead-letter topic has fewer than 100 records"
+            letters += [m for m in batch if m.error() is None]
+    finally:
+        consumer.close()
+    reasons: dict[int, set[str]] = defaultdict(set)
+    for letter in letters:
+        headers = {k: v.decode() for k, v in letter.headers()}
+        kind, value = bad[letter.key()]
+        assert letter.value() == value
+        assert headers["source.topic"] == topics.experience
+        assert int(headers["source.partition"]) in range(PARTITIONS)
+        assert int(headers["source.offset"]) >= 0
+        assert headers["error"]
+        reasons[kind].add(headers["error"].split(" ")[0])
+    assert set(reasons) == set(range(6))
+
+
+def test_produced_bytes_are_standard_avro(settings: KafkaSettings, topics: RunTopics) -> None:
+    sent = chunk(1, 2, 3, 5, obs_shape=(84, 84, 4), obs_dtype="uint8")
+    with KafkaExperienceWriter(settings, topics.experience) as writer:
+        writer.write(sent)
+    consumer = Consumer(settings.consumer_config(f"ref-{uuid.uuid4().hex}"))
+    consumer.assign([TopicPartition(topics.experience, p, 0) for p in range(PARTITIONS)])
+    try:
+        message = consumer.poll(30)
+        while message is not None and message.error() is not None:
+            message = consumer.poll(30)
+    finally:
+        consumer.close()
+    assert message is not None
+    data = message.value()
+    assert data is not None and message.key() == b"1/2"
+    reference = avro.schema.parse(json.dumps(default_registry().latest(CHUNK_SCHEMA).schema))
+    assert data[:2] == b"\xc3\x01" and data[2:10] == reference.fingerprint("CRC-64-AVRO")
+    decoder = avro.io.BinaryDecoder(io.BytesIO(data[10:]))
+    record: Any = avro.io.DatumReader(reference).read(decoder)
+    obs = record["observations"]
+    assert obs["dtype"] == "uint8" and obs["shape"] == [6, 84, 84, 4]
+    assert obs["data"] == sent.observations.tobytes()
+    assert record["log_probs"]["data"] == sent.log_probs.tobytes()  # type: ignore[union-attr]
+
+
+def test_a_rejected_record_surfaces_as_a_delivery_error(
+    settings: KafkaSettings, kafka_bootstrap: str
+) -> None:
+    topic = f"coach-stream.it-small-{uuid.uuid4().hex[:12]}"
+    admin = AdminClient(settings.admin_config())
+    admin.create_topics([NewTopic(topic, 1, -1, config={"max.message.bytes": "2000"})])[
+        topic
+    ].result(timeout=10)
+    try:
+        writer = KafkaExperienceWriter(settings.model_copy(update={"compression": "none"}), topic)
+        with pytest.raises(DeliveryError, match="did not acknowledge 1 record"), writer:
+            writer.write(chunk(0, 0, 0, 200))
+            writer.flush(30)
+        assert writer.stats.failed == 1
+    finally:
+        admin.delete_topics([topic], operation_timeout=10)
+
+
+def test_unreachable_broker_is_one_clear_error() -> None:
+    settings = KafkaSettings(bootstrap_servers="127.0.0.1:1")
+    with pytest.raises(ServiceUnavailableError, match=r"127\.0\.0\.1:1 did not answer.*stack up"):
+        check_broker(settings, timeout=1.5)
