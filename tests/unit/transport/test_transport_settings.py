@@ -1,0 +1,127 @@
+"""Settings -> librdkafka dictionaries, topic names, topic plans and the in-memory log."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from coach_stream.core import ExperienceChunk, ExperienceReader, ExperienceWriter
+from coach_stream.errors import ConfigError, EncodeError
+from coach_stream.testing.memory_log import (
+    MemoryExperienceReader,
+    MemoryExperienceWriter,
+    MemoryLog,
+)
+from coach_stream.transport import (
+    KafkaExperienceReader,
+    KafkaExperienceWriter,
+    KafkaSettings,
+    RunTopics,
+    plan_run_topics,
+)
+
+
+def test_producer_config_keeps_the_delivery_guarantees() -> None:
+    config = KafkaSettings(bootstrap_servers="h:9092", compression="zstd", linger_ms=7,
+                           extra={"socket.keepalive.enable": "true"}).producer_config()
+    assert config["enable.idempotence"] is True
+    assert config["acks"] == "all"
+    assert config["compression.type"] == "zstd"
+    assert config["linger.ms"] == 7
+    assert config["socket.keepalive.enable"] == "true"
+
+
+def test_consumer_config_turns_auto_commit_off() -> None:
+    config = KafkaSettings(bootstrap_servers="h:9092").consumer_config("trainer-r1")
+    assert config["group.id"] == "trainer-r1"
+    assert config["enable.auto.commit"] is False
+    assert config["auto.offset.reset"] == "earliest"
+    assert int(config["max.partition.fetch.bytes"]) >= 16 * 1024 * 1024
+
+
+@pytest.mark.parametrize("key", ["acks", "enable.idempotence", "enable.auto.commit"])
+def test_extra_cannot_weaken_guarantees(key: str) -> None:
+    with pytest.raises(ValidationError, match="fixed by coach_stream"):
+        KafkaSettings(bootstrap_servers="h:9092", extra={key: "0"})
+
+
+def test_settings_are_frozen_and_reject_unknown_fields() -> None:
+    settings = KafkaSettings(bootstrap_servers="h:9092")
+    with pytest.raises(ValidationError):
+        settings.linger_ms = 3  # type: ignore[misc]
+    with pytest.raises(ValidationError):
+        KafkaSettings(bootstrap_servers="h:9092", lingerms=3)  # type: ignore[call-arg]
+
+
+def test_admin_config_only_takes_connection_extras() -> None:
+    config = KafkaSettings(bootstrap_servers="h:9092",
+                           extra={"security.protocol": "SSL", "fetch.wait.max.ms": "9"}
+                           ).admin_config()
+    assert config == {"bootstrap.servers": "h:9092", "client.id": "coach-stream",
+                      "security.protocol": "SSL"}
+
+
+def test_from_env() -> None:
+    settings = KafkaSettings.from_env({"KAFKA_BOOTSTRAP_SERVERS": " a:1,b:2 "}, linger_ms=1)
+    assert settings.bootstrap_servers == "a:1,b:2" and settings.linger_ms == 1
+    with pytest.raises(ConfigError, match="KAFKA_BOOTSTRAP_SERVERS is not set"):
+        KafkaSettings.from_env({})
+
+
+def test_run_topics() -> None:
+    topics = RunTopics.for_run("cartpole-ppo_7", "cs")
+    assert topics == RunTopics("cs.cartpole-ppo_7.experience", "cs.cartpole-ppo_7.control",
+                               "cs.cartpole-ppo_7.dead-letter")
+
+
+@pytest.mark.parametrize("run_id", ["", "a b", "a.b", "-x", "run/1", "ü", "x" * 240])
+def test_bad_run_ids_are_config_errors(run_id: str) -> None:
+    with pytest.raises(ConfigError, match="Run id"):
+        RunTopics.for_run(run_id)
+
+
+def test_topic_plan_is_explicit() -> None:
+    settings = KafkaSettings(bootstrap_servers="h:9092")
+    plans = {p.name: p for p in plan_run_topics(settings, RunTopics.for_run("r"), 6)}
+    experience, control, dead = plans.values()
+    assert (experience.partitions, control.partitions, dead.partitions) == (6, 1, 1)
+    assert control.config["retention.ms"] == "-1"
+    assert int(experience.config["max.message.bytes"]) > settings.max_message_bytes
+    with pytest.raises(ConfigError, match="at least 1"):
+        plan_run_topics(settings, RunTopics.for_run("r"), 0)
+
+
+def test_kafka_clients_do_no_io_in_constructors() -> None:
+    settings = KafkaSettings(bootstrap_servers="127.0.0.1:1")
+    writer = KafkaExperienceWriter(settings, "t")
+    reader = KafkaExperienceReader(settings, RunTopics.for_run("r"), "g")
+    assert isinstance(writer, ExperienceWriter) and isinstance(reader, ExperienceReader)
+    writer.close()  # never opened: nothing to flush
+    with pytest.raises(RuntimeError, match="outside `with`"):
+        reader.read(1, 0)
+
+
+def _chunk(seq: int) -> ExperienceChunk:
+    return ExperienceChunk("r", 0, 0, seq, 0, 0, np.zeros((2, 4), np.float32),
+                           np.zeros(1, np.int64), np.zeros(1, np.float32), np.zeros(1, bool),
+                           np.zeros(1, bool))
+
+
+def test_memory_log_mirrors_the_kafka_pair() -> None:
+    log = MemoryLog(through_codec=True)
+    with MemoryExperienceWriter(log) as writer, MemoryExperienceReader(log) as reader:
+        assert isinstance(writer, ExperienceWriter) and isinstance(reader, ExperienceReader)
+        for seq in range(5):
+            writer.write(_chunk(seq))
+        assert [c.chunk_seq for c in reader.read(3, 0)] == [0, 1, 2]
+        saved = reader.positions()
+        reader.commit()
+        assert [c.chunk_seq for c in reader.read(10, 0)] == [3, 4]
+        assert reader.at_end()
+        reader.seek(saved)
+        assert [c.chunk_seq for c in reader.read(10, 0)] == [3, 4]
+    assert log.committed == {0: 3}
+    bad = ExperienceChunk(**{**_chunk(9).__dict__, "rewards": np.zeros(1, np.float64)})
+    with pytest.raises(EncodeError):
+        MemoryExperienceWriter(log).write(bad)
