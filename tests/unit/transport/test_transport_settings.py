@@ -49,7 +49,7 @@ def test_extra_cannot_weaken_guarantees(key: str) -> None:
 def test_settings_are_frozen_and_reject_unknown_fields() -> None:
     settings = KafkaSettings(bootstrap_servers="h:9092")
     with pytest.raises(ValidationError):
-        settings.linger_ms = 3  # type: ignore[misc]
+        settings.linger_ms = 3
     with pytest.raises(ValidationError):
         KafkaSettings(bootstrap_servers="h:9092", lingerms=3)  # type: ignore[call-arg]
 
