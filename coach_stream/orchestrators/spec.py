@@ -63,7 +63,8 @@ class LaunchSettings:
 def new_run_id(preset_name: str) -> str:
     """``<preset>-<UTC yyyymmdd-hhmmss>-<4 hex>``: sortable, readable, and unique enough."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    safe = "".join(c if c.isalnum() or c in "._-" else "-" for c in preset_name) or "run"
+    safe = "".join(c if c.isascii() and (c.isalnum() or c in "_-") else "-" for c in preset_name)
+    safe = safe.strip("-_")[:60] or "run"
     return check_run_id(f"{safe}-{stamp}-{uuid.uuid4().hex[:4]}")
 
 

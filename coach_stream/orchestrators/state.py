@@ -23,15 +23,15 @@ from coach_stream.core import TaskSpec, TaskState, TaskStatus
 from coach_stream.errors import ConfigError, OrchestratorError
 from coach_stream.orchestrators.procgroup import ProcessRecord
 
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
 TERMINAL_TASK_STATES = frozenset({TaskState.COMPLETE, TaskState.FAILED, TaskState.STOPPED})
 
 
 def check_run_id(run_id: str) -> str:
-    """Run ids name Kafka topics and directories, so they keep to a safe alphabet."""
+    """Run ids name Kafka topics (``<prefix>.<run_id>.control``) and directories."""
     if not _RUN_ID.match(run_id):
         raise ConfigError(
-            f"Run id {run_id!r} is not valid; use up to 100 letters, digits, '.', '_' or '-', "
+            f"Run id {run_id!r} is not valid; use up to 100 letters, digits, '_' or '-', "
             f"starting with a letter or digit."
         )
     return run_id

@@ -1,0 +1,359 @@
+"""``coach-stream launch | status | logs | stop``: run a preset as supervised processes.
+
+Only this layer reads the environment (``KAFKA_BOOTSTRAP_SERVERS``,
+``STORAGE_EMULATOR_HOST``, ``COACH_STREAM_STATE_DIR``) and, failing those, the addresses
+of a running ``coach-stream stack``; everything below receives explicit settings.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import sys
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from coach_stream.config import Preset, load_preset
+from coach_stream.errors import OrchestratorError
+from coach_stream.orchestrators import LaunchSettings, LocalOrchestrator, build_run_spec, new_run_id
+from coach_stream.orchestrators.launcher import (
+    RunOutcome,
+    UpdateCallback,
+    follow,
+    prepare_topics,
+)
+from coach_stream.orchestrators.progress import LogFollower, RunProgress, read_progress
+from coach_stream.orchestrators.state import RunRecord
+from coach_stream.stack import LocalStack, default_cache_dir
+
+
+class OrchestratorKind(enum.StrEnum):
+    local = "local"
+    nomad = "nomad"
+
+
+StateDirOption = typer.Option(
+    Path(".coach-stream"),
+    "--state-dir",
+    envvar="COACH_STREAM_STATE_DIR",
+    help="Where runs keep run.json and their logs (status/logs/stop look here).",
+)
+
+
+OrchestratorOption = typer.Option(
+    OrchestratorKind.local, "--orchestrator", help="Who runs the processes (nomad: later)."
+)
+OverridesOption = typer.Option([], "--set", help="Preset override key=value (repeatable).")
+
+
+def _orchestrator(state_dir: Path) -> LocalOrchestrator:
+    return LocalOrchestrator(state_dir)
+
+
+def _fmt(value: float | None, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def _checkpoint_url(checkpoints: str | None, state_dir: Path) -> str:
+    if not checkpoints:
+        return (state_dir / "checkpoints").resolve().as_uri()
+    if checkpoints.startswith(("gs://", "file://")):
+        return checkpoints
+    return Path(checkpoints).resolve().as_uri()  # a plain directory
+
+
+def render(
+    preset: Preset | None, progress: RunProgress, record: RunRecord, elapsed: float
+) -> Table:
+    """The live view: figures from the tasks' event lines, states from run.json."""
+    table = Table(title=f"run {record.run_id} — {record.state}", show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column()
+    budget = f" / {preset.env_step_budget:,}" if preset else ""
+    target = f" (target {preset.target_return:g})" if preset else ""
+    rate = progress.figure("env_steps_per_s") or progress.worker_env_steps_per_s
+    rows = [
+        ("elapsed", f"{elapsed:,.0f} s"),
+        ("env steps", f"{_fmt(progress.figure('env_steps'))}{budget}"),
+        ("env steps/s", _fmt(rate)),
+        ("updates", _fmt(progress.figure("updates"))),
+        ("policy version", _fmt(progress.figure("policy_version"))),
+        ("policy lag", _fmt(progress.figure("policy_lag_mean"), 2)),
+        ("dropped stale", _fmt(progress.figure("dropped_stale"))),
+        ("mean eval return", f"{_fmt(progress.mean_eval_return, 1)}{target}"),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    tasks = ", ".join(
+        f"{t.spec.name} {t.state}" + (f" (restarts {t.restarts})" if t.restarts else "")
+        for t in record.tasks
+    )
+    table.add_row("tasks", tasks)
+    return table
+
+
+def _print_outcome(outcome: RunOutcome, orchestrator: LocalOrchestrator) -> None:
+    progress = outcome.progress
+    out = Console(highlight=False)
+    out.print(
+        f"run {outcome.run_id}: {outcome.reason or outcome.state} after {outcome.wall_s:.1f} s"
+    )
+    if progress.env_steps is not None:
+        out.print(f"env steps: {progress.env_steps:,}")
+    if outcome.checkpoint_uri:
+        out.print(f"checkpoint: {outcome.checkpoint_uri}")
+    if progress.mean_eval_return is not None:
+        evaluation = progress.evaluation or {}
+        out.print(
+            f"final evaluation: mean return {progress.mean_eval_return:.1f} over the last "
+            f"{progress.eval_episodes} episodes (policy version {evaluation.get('policy_version')})"
+        )
+    out.print(f"logs: {orchestrator.run_dir(outcome.run_id).logs_dir}")
+
+
+def launch(
+    preset: str = typer.Argument(..., help="A built-in preset (cartpole-ppo, ...) or a YAML path."),
+    orchestrator_kind: OrchestratorKind = OrchestratorOption,
+    workers: int = typer.Option(2, "--workers", "-n", min=1, help="Rollout workers."),
+    run_id: str | None = typer.Option(None, "--run-id", help="Default: <preset>-<time>-<hex>."),
+    detach: bool = typer.Option(False, "--detach", help="Start the run and return at once."),
+    checkpoints: str | None = typer.Option(
+        None,
+        "--checkpoints",
+        help="gs://bucket/prefix or a directory (default <state-dir>/checkpoints).",
+    ),
+    kafka: str | None = typer.Option(
+        None,
+        "--kafka",
+        envvar="KAFKA_BOOTSTRAP_SERVERS",
+        help="Bootstrap servers (default: the local stack's).",
+    ),
+    gcs_emulator: str | None = typer.Option(
+        None,
+        "--gcs-emulator",
+        envvar="STORAGE_EMULATOR_HOST",
+        help="fake-gcs-server URL for gs:// checkpoints.",
+    ),
+    seed: int | None = typer.Option(None, "--seed", help="Run seed (default: the preset's)."),
+    overrides: list[str] = OverridesOption,
+    timeout: float | None = typer.Option(
+        None, "--timeout", help="Stop the run after this many seconds."
+    ),
+    state_dir: Path = StateDirOption,
+) -> None:
+    """Start a trainer, N rollout workers and an evaluator, and follow them to the end.
+
+    Exit code 0 when the target return was reached, 1 when the run ended without it.
+    """
+    if orchestrator_kind is OrchestratorKind.nomad:
+        raise OrchestratorError(
+            "The nomad orchestrator is not implemented yet; use --orchestrator local."
+        )
+    loaded = load_preset(preset, overrides)  # validate before anything starts
+    stack = LocalStack(default_cache_dir())
+    kafka = kafka or stack.kafka_bootstrap()
+    checkpoint_url = _checkpoint_url(checkpoints, state_dir)
+    if checkpoint_url.startswith("gs://"):
+        gcs_emulator = gcs_emulator or stack.gcs_endpoint()
+    settings = LaunchSettings(
+        preset=preset,
+        run_id=run_id or new_run_id(loaded.name),
+        workers=workers,
+        kafka_bootstrap=kafka or "",
+        checkpoints=checkpoint_url,
+        gcs_emulator=gcs_emulator if checkpoint_url.startswith("gs://") else None,
+        seed=seed,
+        overrides=tuple(overrides),
+    )
+    prepare_topics(settings)
+    orchestrator = _orchestrator(state_dir)
+    orchestrator.submit(build_run_spec(settings))
+    err = Console(stderr=True, highlight=False)
+    if detach:
+        err.print(
+            f"started run {settings.run_id} in the background (checkpoints: {checkpoint_url})"
+        )
+        err.print(
+            f"  coach-stream status {settings.run_id}   |   coach-stream logs {settings.run_id} -f"
+        )
+        err.print(f"  coach-stream stop {settings.run_id}")
+        typer.echo(settings.run_id)
+        return
+    err.print(
+        f"run {settings.run_id}: {loaded.env_id} {loaded.algorithm} ({loaded.mode}), "
+        f"{workers} workers, checkpoints {checkpoint_url}"
+    )
+    outcome = _follow_live(orchestrator, settings.run_id, loaded, err, timeout)
+    _print_outcome(outcome, orchestrator)
+    if outcome.state.value == "failed" and outcome.finished is None:
+        raise OrchestratorError(
+            f"Run {settings.run_id} failed before its trainer finished; read why with "
+            f"`coach-stream logs {settings.run_id} --task trainer`."
+        )
+    if not outcome.solved:
+        raise typer.Exit(1)
+
+
+def _follow_live(
+    orchestrator: LocalOrchestrator,
+    run_id: str,
+    preset: Preset,
+    err: Console,
+    timeout: float | None,
+) -> RunOutcome:
+    started = time.monotonic()
+    if err.is_terminal:
+        with Live(console=err, refresh_per_second=2, transient=False) as live:
+
+            def update(progress: RunProgress, record: RunRecord) -> None:
+                live.update(render(preset, progress, record, time.monotonic() - started))
+
+            return _follow_interruptible(orchestrator, run_id, preset, update, timeout)
+    last_print = [0.0]
+
+    def plain(progress: RunProgress, record: RunRecord) -> None:
+        now = time.monotonic()
+        if now - last_print[0] < 5.0:
+            return
+        last_print[0] = now
+        rate = progress.figure("env_steps_per_s") or progress.worker_env_steps_per_s
+        err.print(
+            f"[{now - started:6.0f} s] steps {_fmt(progress.figure('env_steps'))} "
+            f"steps/s {_fmt(rate)} "
+            f"version {_fmt(progress.figure('policy_version'))} "
+            f"lag {_fmt(progress.figure('policy_lag_mean'), 2)} "
+            f"eval {_fmt(progress.mean_eval_return, 1)}"
+        )
+
+    return _follow_interruptible(orchestrator, run_id, preset, plain, timeout)
+
+
+def _follow_interruptible(
+    orchestrator: LocalOrchestrator,
+    run_id: str,
+    preset: Preset,
+    update: UpdateCallback,
+    timeout: float | None,
+) -> RunOutcome:
+    try:
+        return follow(
+            orchestrator,
+            run_id,
+            eval_episodes=preset.eval_episodes,
+            on_update=update,
+            timeout_s=timeout,
+        )
+    except KeyboardInterrupt:
+        orchestrator.stop(run_id)  # follow() stopped it too; this makes Ctrl-C twice safe
+        Console(stderr=True).print(f"stopped run {run_id}")
+        raise typer.Exit(130) from None
+
+
+def status(
+    run_id: str | None = typer.Argument(None, help="A run id; without it, list the runs."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead."),
+    state_dir: Path = StateDirOption,
+) -> None:
+    """Show a run's tasks (state, pid, restarts) and its latest figures."""
+    orchestrator = _orchestrator(state_dir)
+    out = Console(highlight=False)
+    if run_id is None:
+        runs = [orchestrator.record(r) for r in orchestrator.runs()]
+        if as_json:
+            typer.echo(json.dumps([{"run_id": r.run_id, "state": r.state.value} for r in runs]))
+            return
+        if not runs:
+            out.print(f"no runs under {orchestrator.state_dir}")
+        for record in runs:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.created_at_ms / 1000))
+            out.print(f"{record.run_id}  {record.state}  {stamp}  {len(record.tasks)} tasks")
+        return
+    record = orchestrator.record(run_id)
+    progress = read_progress(orchestrator.run_dir(run_id).logs_dir)
+    if as_json:
+        typer.echo(json.dumps({
+            "run_id": run_id,
+            "state": record.state.value,
+            "tasks": [
+                {"name": s.name, "state": s.state.value, "pid": s.pid,
+                 "restarts": s.restarts, "exit_code": s.exit_code}
+                for s in orchestrator.status(run_id)
+            ],
+            "progress": progress.trainer,
+            "mean_eval_return": progress.mean_eval_return,
+            "finished": progress.finished,
+        }))  # fmt: skip
+        return
+    tasks = Table(title=f"run {run_id} — {record.state}")
+    for column in ("task", "state", "pid", "restarts", "exit code"):
+        tasks.add_column(column, no_wrap=True)
+    for s in orchestrator.status(run_id):
+        exit_code = "-" if s.exit_code is None else str(s.exit_code)
+        tasks.add_row(s.name, str(s.state), str(s.pid or "-"), str(s.restarts), exit_code)
+    elapsed = ((record.ended_at_ms or time.time() * 1000) - record.created_at_ms) / 1000
+    figures = render(None, progress, record, elapsed)
+    figures.title = None
+    parts: list[Table | Text] = [tasks, figures]
+    if progress.finished:
+        parts.append(Text(f"finished: {json.dumps(progress.finished)}"))
+    out.print(Group(*parts))
+
+
+def logs(
+    run_id: str = typer.Argument(..., help="The run id."),
+    task: str | None = typer.Option(
+        None, "--task", "-t", help="One task (trainer, rollout-0, evaluator)."
+    ),
+    follow_logs: bool = typer.Option(
+        False, "--follow", "-f", help="Keep printing until the run ends."
+    ),
+    state_dir: Path = StateDirOption,
+) -> None:
+    """Print a run's logs: one task's, or all tasks' prefixed with [task]."""
+    orchestrator = _orchestrator(state_dir)
+    if not follow_logs:
+        for line in orchestrator.logs(run_id, task):
+            typer.echo(line)
+        return
+    if task is not None:
+        orchestrator.record(run_id).task(task)  # an unknown task is an error, not silence
+    follower = LogFollower(orchestrator.run_dir(run_id).logs_dir)
+    try:
+        while True:
+            for name, line in follower.poll():
+                if task is None:
+                    typer.echo(f"[{name}] {line}")
+                elif name == task:
+                    typer.echo(line)
+            sys.stdout.flush()
+            if orchestrator.record(run_id).state.terminal:
+                break
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+def stop(
+    run_id: str = typer.Argument(..., help="The run id."),
+    state_dir: Path = StateDirOption,
+) -> None:
+    """Stop a run: SIGTERM every task, SIGKILL what is left after the grace period."""
+    orchestrator = _orchestrator(state_dir)
+    orchestrator.stop(run_id)
+    states = ", ".join(f"{s.name} {s.state}" for s in orchestrator.status(run_id))
+    typer.echo(f"run {run_id}: {orchestrator.record(run_id).state} ({states})")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("launch")(launch)
+    app.command("status")(status)
+    app.command("logs")(logs)
+    app.command("stop")(stop)
