@@ -60,7 +60,7 @@ class MemoryCheckpointStore:
 
     def get(self, uri: str, expected_sha256: str | None = None) -> bytes:
         self._check_available("read", self.fail_gets)
-        key = self._key_of(uri)
+        key = self.key_of(uri)
         with self._lock:
             self.gets += 1
             data = self._objects.get(key)
@@ -98,7 +98,8 @@ class MemoryCheckpointStore:
         if self.outage or fail:
             raise StoreUnavailableError(f"could not {action}: the in-memory store is down.")
 
-    def _key_of(self, uri: str) -> str:
+    def key_of(self, uri: str) -> str:
+        """The key of a ``mem://`` address of this store (a bare key is returned as is)."""
         if "://" not in uri:
             return uri
         head = f"{_SCHEME}{self._name}/"
