@@ -7,16 +7,12 @@ in the sub-millisecond range on one CPU thread.
 
 from __future__ import annotations
 
-import io
-from collections.abc import Mapping
-
 import numpy as np
 import torch
 from torch import nn
 
 from coach_stream.config import NetworkConfig
 from coach_stream.envs import EnvShape
-from coach_stream.errors import IntegrityError
 
 
 def _layer(inputs: int, outputs: int, std: float) -> nn.Linear:
@@ -76,23 +72,3 @@ class QNetwork(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         q: torch.Tensor = self.net(obs.flatten(1))
         return q
-
-
-def to_bytes(state_dict: Mapping[str, torch.Tensor]) -> bytes:
-    """A state dict as the bytes a policy checkpoint holds (``torch.save``, no pickle of code)."""
-    buffer = io.BytesIO()
-    torch.save(dict(state_dict), buffer)
-    return buffer.getvalue()
-
-
-def from_bytes(data: bytes) -> dict[str, torch.Tensor]:
-    """Load policy weights safely (``weights_only=True``): a checkpoint cannot run code."""
-    try:
-        loaded = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
-    except Exception as error:
-        raise IntegrityError(
-            f"Policy weights cannot be loaded ({error}); re-publish them."
-        ) from error
-    if not isinstance(loaded, dict):
-        raise IntegrityError("Policy checkpoint is not a state dict; re-publish it.")
-    return loaded

@@ -1,0 +1,1 @@
+"""The trainer: experience in, gradient steps, policy versions and resumable state out."""

@@ -1,0 +1,149 @@
+"""DQN with double-Q targets, a target network and a samples-per-insert limiter.
+
+ASYNC mode: workers act epsilon-greedily with whatever version they hold and never wait;
+every chunk, whatever its version, goes into the replay buffer (off-policy learning).
+Gradient steps are paced by the limiter (``replay.py``) rather than by env steps, so the
+ratio of learning to experience is the preset's, however many workers there are. After
+``publish_every`` gradient steps the loop announces a new version.
+
+The loss, as in SB3/CleanRL (Huber on the TD error)::
+
+    a* = argmax_a Q_online(s', a)                      (double-Q: online net picks)
+    y  = r + gamma * (1 - terminated) * Q_target(s', a*)  (target net evaluates)
+    loss = smooth_l1(Q_online(s, a), y)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn, optim
+
+from coach_stream.config import DQNConfig
+from coach_stream.core import ExperienceChunk
+from coach_stream.policies.networks import QNetwork
+from coach_stream.trainer.learner import Ingested
+from coach_stream.trainer.replay import ReplayBuffer, SamplesPerInsertLimiter
+
+_STEPS_PER_LEARN = 32  # gradient steps per learn() call: bounds the loop's reaction time
+
+
+class DQN:
+    """The learner: replay buffer + online/target Q-networks + limiter."""
+
+    def __init__(
+        self,
+        q_network: QNetwork,
+        target_network: QNetwork,
+        config: DQNConfig,
+        obs_shape: tuple[int, ...],
+        generator: torch.Generator,
+    ) -> None:
+        self.q_network, self.target_network, self.config = q_network, target_network, config
+        self.target_network.load_state_dict(q_network.state_dict())
+        self.optimizer = optim.Adam(q_network.parameters(), lr=config.learning_rate)
+        self.buffer = ReplayBuffer(config.buffer_size, obs_shape)
+        self.limiter = SamplesPerInsertLimiter(
+            config.samples_per_insert, config.learning_starts, config.spi_tolerance
+        )
+        self.generator = generator
+        self._updates = 0
+        self._since_publish = 0
+
+    @property
+    def updates(self) -> int:
+        return self._updates
+
+    def ingest(self, chunks: Sequence[ExperienceChunk], version: int) -> Ingested:
+        used = 0
+        for chunk in chunks:
+            used += self.buffer.add_chunk(chunk)
+        self.limiter.insert(used)
+        return Ingested(used)
+
+    def refill(self, chunks: Sequence[ExperienceChunk]) -> None:
+        for chunk in chunks:  # the limiter's counters come from the checkpoint instead
+            self.buffer.add_chunk(chunk)
+
+    def wants_data(self) -> bool:
+        return self.limiter.wants_inserts()
+
+    def ready(self) -> bool:
+        return self.buffer.size > 0 and self.limiter.can_sample(self.config.batch_size)
+
+    def learn(self, env_steps: int) -> tuple[dict[str, float], bool]:
+        c = self.config
+        losses: list[float] = []
+        q_means: list[float] = []
+        steps = 0
+        while steps < _STEPS_PER_LEARN and self.ready():
+            data = self.buffer.sample(c.batch_size, self.generator)
+            with torch.no_grad():
+                next_q_target = self.target_network(data.next_observations)
+                if c.double_q:
+                    next_actions = self.q_network(data.next_observations).argmax(dim=1)
+                    next_q = next_q_target.gather(1, next_actions[:, None]).squeeze(1)
+                else:
+                    next_q = next_q_target.max(dim=1).values
+                td_target = data.rewards + c.gamma * next_q * (1.0 - data.terminated)
+            q_values = self.q_network(data.observations)
+            old_val = q_values.gather(1, data.actions[:, None]).squeeze(1)
+            loss = F.smooth_l1_loss(old_val, td_target)
+
+            self.optimizer.zero_grad()
+            loss.backward()  # type: ignore[no-untyped-call]
+            nn.utils.clip_grad_norm_(self.q_network.parameters(), c.max_grad_norm)
+            self.optimizer.step()
+            self.limiter.sample(c.batch_size)
+            self._updates += 1
+            self._since_publish += 1
+            steps += 1
+            losses.append(loss.item())
+            q_means.append(old_val.mean().item())
+
+            if self._updates % c.target_update_every == 0:
+                self._update_target()
+        publish = self._since_publish >= c.publish_every
+        if publish:
+            self._since_publish = 0
+        metrics = {
+            "td_loss": sum(losses) / len(losses) if losses else float("nan"),
+            "q_values": sum(q_means) / len(q_means) if q_means else float("nan"),
+            "loss": sum(losses) / len(losses) if losses else float("nan"),
+            "replay_size": float(self.buffer.size),
+            "samples_per_insert_budget": self.limiter.budget,
+            "gradient_steps": float(steps),
+        }
+        return metrics, publish
+
+    def _update_target(self) -> None:
+        tau = self.config.tau
+        with torch.no_grad():
+            for target, online in zip(
+                self.target_network.parameters(), self.q_network.parameters(), strict=True
+            ):
+                target.mul_(1.0 - tau).add_(online, alpha=tau)
+
+    def policy_state_dict(self) -> Mapping[str, torch.Tensor]:
+        return self.q_network.state_dict()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "q_network": self.q_network.state_dict(),
+            "target_network": self.target_network.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "limiter": self.limiter.state_dict(),
+            "updates": self._updates,
+            "since_publish": self._since_publish,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.q_network.load_state_dict(state["q_network"])
+        self.target_network.load_state_dict(state["target_network"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.limiter.load_state_dict(state["limiter"])
+        self._updates = int(state["updates"])
+        self._since_publish = int(state["since_publish"])

@@ -1,0 +1,304 @@
+"""The trainer loop: ExperienceReader -> learner -> Announcer, until the run is done.
+
+It owns what PPO and DQN share: reading the experience log, counting env steps and
+policy lag (newest announced version minus each chunk's behaviour version), publishing
+versions through the ``Announcer`` (trainer state is saved *before* its policy is
+announced, so every announced version has a resume point at or after it), watching the
+control topic for ``EvaluationReport``s, and ending the run: target return reached (mean
+of the last ``eval_episodes`` greedy returns) or env-step budget spent.
+
+Resume after ``kill -9``: the newest ``runs/<run_id>/trainer/<v>.pt`` restores model,
+optimizer, counters and RNG; the reader seeks to its stored positions; DQN first re-reads
+the log up to those positions into its replay buffer. If the control topic's newest
+version is not the restored one, the restored weights are announced as a new version,
+so SYNC workers and the trainer agree on the version again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from coach_stream.checkpoints.keys import trainer_prefix, version_of
+from coach_stream.checkpoints.serialization import policy_to_bytes
+from coach_stream.control.announcer import Announcer
+from coach_stream.control.policy_source import ControlLogReader
+from coach_stream.core import (
+    CheckpointStore,
+    ControlMessage,
+    ControlPublisher,
+    EvaluationReport,
+    ExperienceChunk,
+    ExperienceReader,
+    PolicyVersion,
+    RunFinished,
+)
+from coach_stream.errors import CheckpointError
+from coach_stream.rollout.events import EventSink
+from coach_stream.trainer.learner import Learner
+from coach_stream.trainer.state import TrainerState, state_from_bytes, state_to_bytes
+
+log = logging.getLogger(__name__)
+
+_KEEP_TRAINER_STATES = 3
+
+
+@dataclass(frozen=True)
+class TrainerSettings:
+    run_id: str
+    target_return: float
+    eval_episodes: int
+    env_step_budget: int
+    read_batch: int = 256
+    read_timeout_s: float = 0.05
+    checkpoint_every: int = 1
+    keep_policies: int = 5
+    log_every_s: float = 1.0
+    control_catchup_s: float = 2.0
+    refill: bool = False  # re-read the log behind the stored positions on resume (DQN)
+
+
+class Trainer:
+    """``run()``, or ``start()`` + ``iterate()`` for tests that interleave it with workers."""
+
+    def __init__(
+        self,
+        learner: Learner,
+        reader: ExperienceReader,
+        control: ControlLogReader,
+        publisher: ControlPublisher,
+        store: CheckpointStore,
+        settings: TrainerSettings,
+        events: EventSink,
+        generator: torch.Generator,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.learner, self.reader, self.control = learner, reader, control
+        self.publisher, self.store, self.settings = publisher, store, settings
+        self.events, self.generator, self.clock = events, generator, clock
+        self.announcer: Announcer | None = None
+        self.version = -1
+        self.env_steps = 0
+        self.dropped_stale = 0
+        self.dropped_stale_steps = 0
+        self.resumed_from: int | None = None
+        self.finished: RunFinished | None = None
+        self.last_policy: PolicyVersion | None = None
+        self._eval_returns: deque[float] = deque(maxlen=settings.eval_episodes)
+        self._train_returns: deque[float] = deque(maxlen=100)
+        self._lag_sum = self._lag_count = 0
+        self._metrics: dict[str, float] = {}
+        self._last_log = (clock(), 0, 0)
+        self._last_control = 0.0
+        self._started = clock()
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self) -> RunFinished:
+        done = self.start()
+        while done is None:
+            done = self.iterate()
+        return done
+
+    def start(self) -> RunFinished | None:
+        """Resume from the newest trainer state, or announce version 0; None unless finished."""
+        newest = self._absorb(self.control.read_to_end(self.settings.control_catchup_s))
+        if self.finished is not None:  # restarted after the run ended: nothing to do
+            self._report_finished(self.finished)
+            return self.finished
+        self.announcer = Announcer(
+            self.store, self.publisher, self.settings.run_id,
+            keep_last=self.settings.keep_policies, last_announced=newest,
+        )
+        state = self._newest_state()
+        if state is None:
+            self._publish(save_state=True)
+            return None
+        self._restore(state)
+        if newest is not None and newest.version == state.version:
+            self.version, self.last_policy = newest.version, newest
+        else:  # restored weights were never announced (or newer ones were): announce them
+            self._publish(save_state=False)
+        self.events("resumed", {"from_version": state.version, "version": self.version,
+                                "env_steps": self.env_steps, "positions": state.positions})
+        return None
+
+    def iterate(self) -> RunFinished | None:
+        """Read, learn, publish, check for the end: one pass, at most ``read_timeout_s`` idle."""
+        now = self.clock()
+        if now - self._last_control >= 0.05:
+            self._absorb(self.control.poll(0.0))
+            self._last_control = now
+        if self.finished is not None:
+            return self._end(self.finished.reason, announce=False)
+        if self._target_reached():
+            return self._end("target_reached")
+        learner = self.learner
+        if learner.wants_data():
+            timeout = 0.0 if learner.ready() else self.settings.read_timeout_s
+            self._consume(self.reader.read(self.settings.read_batch, timeout))
+        if learner.ready():
+            metrics, publish = learner.learn(self.env_steps)
+            self._metrics.update(metrics)
+            if publish:
+                self._publish(save_state=True)
+        if self.env_steps >= self.settings.env_step_budget:
+            return self._end("budget_exhausted")
+        if self.clock() - self._last_log[0] >= self.settings.log_every_s:
+            self._log_progress()
+        return None
+
+    # ------------------------------------------------------------------ experience
+
+    def _consume(self, chunks: Sequence[ExperienceChunk]) -> None:
+        if not chunks:
+            return
+        ingested = self.learner.ingest(chunks, self.version)
+        self.dropped_stale += ingested.stale_chunks
+        self.dropped_stale_steps += ingested.stale_steps
+        for chunk in chunks:
+            self.env_steps += chunk.num_steps
+            self._lag_sum += max(0, self.version - chunk.policy_version)
+            self._lag_count += 1
+            if chunk.episode_return is not None:
+                self._train_returns.append(chunk.episode_return)
+
+    def _absorb(self, messages: Sequence[ControlMessage]) -> PolicyVersion | None:
+        newest: PolicyVersion | None = None
+        for message in messages:
+            if isinstance(message, EvaluationReport):
+                self._eval_returns.extend(message.returns)
+                self.events("evaluation", {"policy_version": message.policy_version,
+                                           "mean_return": message.mean_return,
+                                           "episodes": len(message.returns)})
+            elif isinstance(message, RunFinished):
+                self.finished = message
+            elif newest is None or message.version > newest.version:
+                newest = message
+        return newest
+
+    def _target_reached(self) -> bool:
+        returns = self._eval_returns
+        if len(returns) < self.settings.eval_episodes:
+            return False
+        return sum(returns) / len(returns) >= self.settings.target_return
+
+    # ------------------------------------------------------------------ versions and state
+
+    def _publish(self, save_state: bool) -> None:
+        assert self.announcer is not None
+        version = self.announcer.next_version
+        if save_state and version % self.settings.checkpoint_every == 0:
+            self.announcer.save_trainer_state(version, state_to_bytes(self._state(version)))
+            self._prune_states()
+        blob = policy_to_bytes(self.learner.policy_state_dict())
+        self.last_policy = self.announcer.publish_policy(blob, self.learner.updates, self.env_steps)
+        self.version = self.last_policy.version
+        self.reader.commit()
+
+    def _state(self, version: int) -> TrainerState:
+        return TrainerState(
+            version=version,
+            positions=dict(self.reader.positions()),
+            env_steps=self.env_steps,
+            counters={"dropped_stale": self.dropped_stale,
+                      "dropped_stale_steps": self.dropped_stale_steps},
+            learner=self.learner.state_dict(),
+            torch_rng=torch.get_rng_state(),
+            generator_rng=self.generator.get_state(),
+            eval_returns=list(self._eval_returns),
+        )
+
+    def _newest_state(self) -> TrainerState | None:
+        keys = self.store.list(trainer_prefix(self.settings.run_id))
+        versioned = sorted((v, k) for k in keys if (v := version_of(k)) is not None)
+        if not versioned:
+            return None
+        return state_from_bytes(self.store.get(self.store.uri(versioned[-1][1])))
+
+    def _restore(self, state: TrainerState) -> None:
+        self.learner.load_state_dict(state.learner)
+        torch.set_rng_state(state.torch_rng)
+        self.generator.set_state(state.generator_rng)
+        self.env_steps = state.env_steps
+        self.dropped_stale = state.counters.get("dropped_stale", 0)
+        self.dropped_stale_steps = state.counters.get("dropped_stale_steps", 0)
+        self._eval_returns.extend(state.eval_returns)
+        self.resumed_from = state.version
+        if self.settings.refill:
+            self._refill(state.positions)
+        self.reader.seek(state.positions)
+
+    def _refill(self, target: dict[int, int]) -> None:
+        """Re-read the log up to ``target`` into the replay buffer (the log is the replay)."""
+        self.reader.seek(dict.fromkeys(target, 0))
+        refilled, idle_since = 0, self.clock()
+        while any(self.reader.positions().get(p, 0) < off for p, off in target.items()):
+            chunks = self.reader.read(self.settings.read_batch, 0.5)
+            if chunks:
+                self.learner.refill(chunks)
+                refilled += len(chunks)
+                idle_since = self.clock()
+            elif self.clock() - idle_since > 30.0:
+                log.warning("replay refill stopped short of %s (log truncated?)", target)
+                break
+        self.events("refilled", {"chunks": refilled, "positions": dict(self.reader.positions())})
+
+    def _prune_states(self) -> None:
+        try:
+            keys = sorted(self.store.list(trainer_prefix(self.settings.run_id)))
+            for key in keys[:-_KEEP_TRAINER_STATES]:
+                self.store.delete(key)
+        except CheckpointError as error:  # housekeeping must never stop training
+            log.warning("trainer state retention skipped: %s", error)
+
+    # ------------------------------------------------------------------ progress and end
+
+    def _end(self, reason: str, announce: bool = True) -> RunFinished:
+        if announce:
+            assert self.announcer is not None
+            self.finished = self.announcer.finish(reason)
+        assert self.finished is not None
+        self.reader.commit()
+        self._log_progress()
+        self._report_finished(self.finished)
+        return self.finished
+
+    def _report_finished(self, finished: RunFinished) -> None:
+        returns = list(self._eval_returns)
+        self.events("finished", {
+            "reason": finished.reason,
+            "final_version": finished.final_version,
+            "checkpoint_uri": self.last_policy.uri if self.last_policy else None,
+            "env_steps": self.env_steps,
+            "updates": self.learner.updates,
+            "wall_s": self.clock() - self._started,
+            "eval_mean_return": sum(returns) / len(returns) if returns else None,
+        })
+
+    def _log_progress(self) -> None:
+        now = self.clock()
+        then, steps_then, updates_then = self._last_log
+        elapsed = max(now - then, 1e-9)
+        evals, trains = list(self._eval_returns), list(self._train_returns)
+        self.events("progress", {
+            "env_steps": self.env_steps,
+            "updates": self.learner.updates,
+            "policy_version": self.version,
+            "env_steps_per_s": (self.env_steps - steps_then) / elapsed,
+            "updates_per_s": (self.learner.updates - updates_then) / elapsed,
+            "policy_lag_mean": self._lag_sum / self._lag_count if self._lag_count else None,
+            "dropped_stale": self.dropped_stale,
+            "dropped_stale_steps": self.dropped_stale_steps,
+            "train_mean_return": sum(trains) / len(trains) if trains else None,
+            "eval_mean_return": sum(evals) / len(evals) if evals else None,
+            "wall_s": now - self._started,
+            **self._metrics,
+        })
+        self._lag_sum = self._lag_count = 0
+        self._last_log = (now, self.env_steps, self.learner.updates)

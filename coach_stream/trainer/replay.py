@@ -1,0 +1,120 @@
+"""DQN's replay buffer and the samples-per-insert limiter that paces the trainer.
+
+The buffer holds single transitions (s, a, r, s', terminated) cut from chunks; a chunk
+cut by a time limit keeps ``terminated=False`` so the target still bootstraps from s'.
+It needs no checkpoint of its own: the experience log *is* the replay, so a restarted
+trainer refills it by re-reading the log up to its stored positions.
+
+The limiter is DeepMind Reverb's ``SampleToInsertRatio`` reduced to what one process
+needs: after ``min_inserts`` transitions, each inserted transition earns
+``samples_per_insert`` samples. The trainer samples only while it has budget and reads
+more experience only while the budget is below ``tolerance``; so neither fast workers
+(stale data, little learning per step) nor a fast learner (overfitting a small buffer)
+can run away, whatever the number of workers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from coach_stream.core import ExperienceChunk
+
+
+@dataclass(frozen=True)
+class ReplaySample:
+    """A minibatch of transitions as float/long tensors."""
+
+    observations: torch.Tensor
+    actions: torch.Tensor
+    rewards: torch.Tensor
+    next_observations: torch.Tensor
+    terminated: torch.Tensor
+
+
+class ReplayBuffer:
+    """A fixed-capacity ring of transitions."""
+
+    def __init__(self, capacity: int, obs_shape: tuple[int, ...]) -> None:
+        self.capacity = capacity
+        self._obs = np.zeros((capacity, *obs_shape), dtype=np.float32)
+        self._next_obs = np.zeros((capacity, *obs_shape), dtype=np.float32)
+        self._actions = np.zeros(capacity, dtype=np.int64)
+        self._rewards = np.zeros(capacity, dtype=np.float32)
+        self._terminated = np.zeros(capacity, dtype=np.float32)
+        self._cursor = 0
+        self.size = 0
+
+    def add_chunk(self, chunk: ExperienceChunk) -> int:
+        """Insert the chunk's transitions; returns how many."""
+        n = chunk.num_steps
+        if n == 0:
+            return 0
+        index = (self._cursor + np.arange(n)) % self.capacity
+        obs = chunk.observations
+        self._obs[index] = obs[:-1]
+        self._next_obs[index] = obs[1:]
+        self._actions[index] = chunk.actions.reshape(n)
+        self._rewards[index] = chunk.rewards
+        self._terminated[index] = chunk.terminated
+        self._cursor = int((self._cursor + n) % self.capacity)
+        self.size = min(self.capacity, self.size + n)
+        return n
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> ReplaySample:
+        """Uniform sample with replacement (torch RNG, so a checkpoint can restore it)."""
+        index = torch.randint(0, self.size, (batch_size,), generator=generator).numpy()
+        return ReplaySample(
+            observations=torch.from_numpy(self._obs[index]),
+            actions=torch.from_numpy(self._actions[index]),
+            rewards=torch.from_numpy(self._rewards[index]),
+            next_observations=torch.from_numpy(self._next_obs[index]),
+            terminated=torch.from_numpy(self._terminated[index]),
+        )
+
+
+class SamplesPerInsertLimiter:
+    """Keeps sampled / inserted near ``samples_per_insert`` once ``min_inserts`` is reached."""
+
+    def __init__(self, samples_per_insert: float, min_inserts: int, tolerance: float) -> None:
+        self.samples_per_insert, self.min_inserts, self.tolerance = (
+            samples_per_insert,
+            min_inserts,
+            tolerance,
+        )
+        self.inserted = 0
+        self.sampled = 0
+
+    @property
+    def budget(self) -> float:
+        """Samples that may still be drawn for the transitions inserted so far."""
+        earned = max(0, self.inserted - self.min_inserts) * self.samples_per_insert
+        return earned - self.sampled
+
+    def can_sample(self, batch_size: int) -> bool:
+        return self.inserted >= self.min_inserts and self.budget >= batch_size
+
+    def wants_inserts(self) -> bool:
+        """Read more experience only while the sampling budget is nearly spent."""
+        return self.inserted < self.min_inserts or self.budget < self.tolerance
+
+    def insert(self, count: int) -> None:
+        self.inserted += count
+
+    def sample(self, count: int) -> None:
+        self.sampled += count
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"inserted": self.inserted, "sampled": self.sampled}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.inserted, self.sampled = int(state["inserted"]), int(state["sampled"])
+
+
+def as_float(array: npt.NDArray[Any]) -> torch.Tensor:
+    """A float32 tensor view of a numpy array (copying only when the dtype differs)."""
+    return torch.from_numpy(np.asarray(array, dtype=np.float32))
