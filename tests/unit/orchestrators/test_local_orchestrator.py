@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -49,7 +49,7 @@ def nothing_left(orchestrator: LocalOrchestrator, run_id: str) -> bool:
 
 
 @pytest.fixture
-def orchestrator(tmp_path: Path):
+def orchestrator(tmp_path: Path) -> Iterator[LocalOrchestrator]:
     orchestrator = LocalOrchestrator(tmp_path / "state", config=FAST)
     yield orchestrator
     for run_id in orchestrator.runs():

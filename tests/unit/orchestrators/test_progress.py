@@ -1,0 +1,64 @@
+"""Reading a run's progress from the JSON event lines in its task logs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from coach_stream.orchestrators.progress import LogFollower, RunProgress, parse_event, read_progress
+
+
+def event(name: str, **fields: object) -> str:
+    return json.dumps({"event": name, **fields})
+
+
+def test_only_json_event_lines_are_events() -> None:
+    assert parse_event(event("progress", env_steps=3)) == {"event": "progress", "env_steps": 3}
+    assert parse_event("INFO trainer started") is None
+    assert parse_event('{"event": "progress", "env_st') is None  # half a line
+    assert parse_event('{"no_event": 1}') is None
+
+
+def test_the_follower_returns_only_new_complete_lines(tmp_path: Path) -> None:
+    log = tmp_path / "trainer.log"
+    log.write_bytes(b"one\ntw")
+    follower = LogFollower(tmp_path)
+    assert follower.poll() == [("trainer", "one")]
+    with log.open("ab") as handle:
+        handle.write(b"o\nthree\n")
+    assert follower.poll() == [("trainer", "two"), ("trainer", "three")]
+    assert follower.poll() == []
+
+
+def test_progress_keeps_the_latest_figures_and_the_last_eval_episodes() -> None:
+    progress = RunProgress(eval_episodes=4)
+    progress.feed(
+        "trainer", "# coach-stream 2026-01-01T00:00:00+00:00: start trainer (restarts: 0)"
+    )
+    progress.feed("trainer", event("progress", env_steps=100, policy_version=2))
+    progress.feed("trainer", event("progress", env_steps=200, policy_version=3))
+    progress.feed("rollout-0", event("progress", env_steps=50, env_steps_per_s=10.0))
+    progress.feed("rollout-1", event("progress", env_steps=60, env_steps_per_s=12.5))
+    progress.feed("evaluator", event("evaluation", mean_return=10.0, episodes=2))
+    progress.feed("evaluator", event("evaluation", mean_return=20.0, episodes=2))
+    progress.feed("evaluator", event("evaluation", mean_return=40.0, episodes=2))
+
+    assert (progress.env_steps, progress.figure("policy_version")) == (200, 3.0)
+    assert progress.worker_env_steps_per_s == 22.5
+    assert progress.mean_eval_return == 30.0  # the last 4 episodes: 20, 20, 40, 40
+    assert progress.trainer_starts == 1
+    assert progress.finished is None
+
+    progress.feed("trainer", event("finished", reason="target_reached", checkpoint_uri="file:///x"))
+    assert progress.finished is not None and progress.finished["reason"] == "target_reached"
+
+
+def test_read_progress_reads_every_task_log(tmp_path: Path) -> None:
+    (tmp_path / "trainer.log").write_text(event("progress", env_steps=7, loss=float("nan")) + "\n")
+    (tmp_path / "evaluator.log").write_text(
+        event("evaluation", mean_return=500, episodes=20) + "\n"
+    )
+    progress = read_progress(tmp_path)
+    assert progress.env_steps == 7
+    assert progress.figure("loss") is None
+    assert progress.mean_eval_return == 500
