@@ -95,7 +95,7 @@ class RunProgress:
                 self.trainer = event
             else:
                 self.workers[task] = event
-        elif kind == "evaluation":
+        elif kind == "evaluation" and task != "trainer":  # the trainer echoes the evaluator
             self._add_evaluation(event)
         elif kind == "finished" and task == "trainer":
             self.finished = event
@@ -115,7 +115,14 @@ class RunProgress:
 
     @property
     def mean_eval_return(self) -> float | None:
-        """Mean greedy return over (about) the last ``eval_episodes`` evaluation episodes."""
+        """Mean greedy return over the last ``eval_episodes`` evaluation episodes.
+
+        The trainer's figure is the one that ends the run, so it wins once reported; until
+        then the evaluator's round means stand in.
+        """
+        for event in (self.finished or {}, self.trainer):
+            if (exact := _number(event.get("eval_mean_return"))) is not None:
+                return exact
         if not self._eval_returns:
             return None
         return sum(self._eval_returns) / len(self._eval_returns)

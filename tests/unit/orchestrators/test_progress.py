@@ -49,8 +49,14 @@ def test_progress_keeps_the_latest_figures_and_the_last_eval_episodes() -> None:
     assert progress.trainer_starts == 1
     assert progress.finished is None
 
-    progress.feed("trainer", event("finished", reason="target_reached", checkpoint_uri="file:///x"))
+    progress.feed("trainer", event("evaluation", mean_return=99.0, episodes=2))  # an echo
+    assert progress.mean_eval_return == 30.0
+    progress.feed("trainer", event("progress", env_steps=300, eval_mean_return=31.5))
+    assert progress.mean_eval_return == 31.5  # the trainer's exact figure wins
+
+    progress.feed("trainer", event("finished", reason="target_reached", eval_mean_return=480.0))
     assert progress.finished is not None and progress.finished["reason"] == "target_reached"
+    assert progress.mean_eval_return == 480.0
 
 
 def test_read_progress_reads_every_task_log(tmp_path: Path) -> None:
