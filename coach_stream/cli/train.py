@@ -1,0 +1,110 @@
+"""``coach-stream train``: the trainer process of one run, wired to Kafka and the store.
+
+This is an entry point, so it is where the environment is read (``--kafka`` defaults to
+``KAFKA_BOOTSTRAP_SERVERS``, ``--gcs-emulator`` to ``STORAGE_EMULATOR_HOST``) and where
+Kafka and GCS clients are built; the loop below it only sees the core protocols.
+Progress goes to stdout as JSON lines, human logging to stderr.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import torch
+import typer
+
+from coach_stream.checkpoints import open_store
+from coach_stream.config import Preset, load_preset
+from coach_stream.envs import SeedRole, probe_shape, process_seed
+from coach_stream.errors import ConfigError
+from coach_stream.rollout.events import JsonLines
+from coach_stream.trainer.factory import build_learner, trainer_settings
+from coach_stream.trainer.loop import Trainer
+from coach_stream.transport.admin import ensure_run_topics
+from coach_stream.transport.control import KafkaControlPublisher, KafkaControlSubscriber
+from coach_stream.transport.reader import KafkaExperienceReader
+from coach_stream.transport.settings import KafkaSettings, RunTopics
+
+PresetOption = typer.Option(..., "--preset", help="Built-in preset name or a YAML path.")
+RunIdOption = typer.Option(..., "--run-id", help="The run's id (names its topics and keys).")
+KafkaOption = typer.Option(
+    None, "--kafka", envvar="KAFKA_BOOTSTRAP_SERVERS", help="Kafka bootstrap servers."
+)
+CheckpointsOption = typer.Option(
+    None, "--checkpoints", help="gs://bucket/prefix or a directory [./.coach-stream/checkpoints]."
+)
+GcsEmulatorOption = typer.Option(
+    None, "--gcs-emulator", envvar="STORAGE_EMULATOR_HOST", help="fake-gcs-server address."
+)
+SeedOption = typer.Option(None, "--seed", help="Run seed (overrides the preset's).")
+SetOption = typer.Option([], "--set", help="Preset override key=value (repeatable).")
+
+
+def load_run_preset(preset: str, seed: int | None, overrides: list[str]) -> Preset:
+    """The preset with ``--set`` overrides and ``--seed`` applied, validated once."""
+    extra = [f"seed={seed}"] if seed is not None else []
+    return load_preset(preset, [*overrides, *extra])
+
+
+def kafka_settings(kafka: str | None) -> KafkaSettings:
+    if not kafka:
+        raise ConfigError(
+            "No Kafka address; pass --kafka HOST:PORT or export KAFKA_BOOTSTRAP_SERVERS "
+            "(`eval $(coach-stream stack env)` after `coach-stream stack up`)."
+        )
+    return KafkaSettings(bootstrap_servers=kafka)
+
+
+def checkpoint_url(checkpoints: str | None) -> str:
+    if not checkpoints:
+        return (Path.cwd() / ".coach-stream" / "checkpoints").resolve().as_uri()
+    if checkpoints.startswith(("gs://", "file://")):
+        return checkpoints
+    return Path(checkpoints).resolve().as_uri()
+
+
+def setup_process() -> None:
+    """One torch thread per process (N workers share few cores); logs to stderr."""
+    torch.set_num_threads(1)
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(name)s %(message)s"
+    )
+
+
+def train(
+    preset: str = PresetOption,
+    run_id: str = RunIdOption,
+    kafka: str | None = KafkaOption,
+    checkpoints: str | None = CheckpointsOption,
+    gcs_emulator: str | None = GcsEmulatorOption,
+    workers: int = typer.Option(2, "--workers", min=1, help="Rollout workers of the run."),
+    seed: int | None = SeedOption,
+    overrides: list[str] = SetOption,
+) -> None:
+    """Train a preset: read experience, learn, announce policy versions, end the run."""
+    setup_process()
+    config = load_run_preset(preset, seed, overrides)
+    settings = kafka_settings(kafka)
+    topics = RunTopics.for_run(run_id, settings.topic_prefix)
+    ensure_run_topics(settings, topics, experience_partitions=workers)
+    generator = torch.Generator().manual_seed(process_seed(config.seed, 0, SeedRole.TRAINER))
+    learner = build_learner(config, probe_shape(config.env_id), workers, generator)
+    store = open_store(checkpoint_url(checkpoints), gcs_emulator_host=gcs_emulator)
+    group = f"{settings.topic_prefix}.{run_id}.trainer"
+    with (
+        store,
+        KafkaExperienceReader(settings, topics, group) as reader,
+        KafkaControlSubscriber(settings, topics) as control,
+        KafkaControlPublisher(settings, topics) as publisher,
+    ):
+        trainer = Trainer(
+            learner, reader, control, publisher, store,
+            trainer_settings(config, run_id), JsonLines(sys.stdout, "trainer"), generator,
+        )
+        trainer.run()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train")(train)
