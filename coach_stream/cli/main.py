@@ -15,7 +15,7 @@ from rich.console import Console
 from coach_stream import __version__
 from coach_stream.errors import CoachStreamError
 
-_GROUPS: tuple[str, ...] = ("stack", "launch")
+_GROUPS: tuple[str, ...] = ("stack", "launch", "train", "rollout")
 
 app = typer.Typer(
     name="coach-stream",
