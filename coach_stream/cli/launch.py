@@ -101,22 +101,23 @@ def render(
 
 
 def _print_outcome(outcome: RunOutcome, orchestrator: LocalOrchestrator) -> None:
+    """The result on stdout, one fact per line (scripts grep these; no wrapping)."""
     progress = outcome.progress
-    out = Console(highlight=False)
-    out.print(
+    lines = [
         f"run {outcome.run_id}: {outcome.reason or outcome.state} after {outcome.wall_s:.1f} s"
-    )
+    ]
     if progress.env_steps is not None:
-        out.print(f"env steps: {progress.env_steps:,}")
+        lines.append(f"env steps: {progress.env_steps:,}")
     if outcome.checkpoint_uri:
-        out.print(f"checkpoint: {outcome.checkpoint_uri}")
+        lines.append(f"checkpoint: {outcome.checkpoint_uri}")
     if progress.mean_eval_return is not None:
-        evaluation = progress.evaluation or {}
-        out.print(
+        lines.append(
             f"final evaluation: mean return {progress.mean_eval_return:.1f} over the last "
-            f"{progress.eval_episodes} episodes (policy version {evaluation.get('policy_version')})"
+            f"{progress.eval_episodes} episodes"
         )
-    out.print(f"logs: {orchestrator.run_dir(outcome.run_id).logs_dir}")
+    lines.append(f"logs: {orchestrator.run_dir(outcome.run_id).logs_dir}")
+    for line in lines:
+        typer.echo(line)
 
 
 def launch(
@@ -176,7 +177,7 @@ def launch(
     prepare_topics(settings)
     orchestrator = _orchestrator(state_dir)
     orchestrator.submit(build_run_spec(settings))
-    err = Console(stderr=True, highlight=False)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
     if detach:
         err.print(
             f"started run {settings.run_id} in the background (checkpoints: {checkpoint_url})"

@@ -1,0 +1,231 @@
+"""End-to-end training runs on the real broker and fake-gcs-server: the main job, for real.
+
+Each test launches a whole run (trainer, rollout workers, evaluator) as supervised local
+processes and follows it through the tasks' JSON event lines, exactly as
+``coach-stream launch`` does. "Solved" is the trainer's own verdict: the mean greedy
+return over the last 20 evaluation episodes reached the preset's target (475) within the
+preset's env-step budget.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import storage
+
+from coach_stream.config import load_preset
+from coach_stream.core import TaskState
+from coach_stream.orchestrators import (
+    LaunchSettings,
+    LocalOrchestrator,
+    RunState,
+    SupervisorConfig,
+    build_run_spec,
+)
+from coach_stream.orchestrators.launcher import RunOutcome, follow, prepare_topics
+from coach_stream.orchestrators.progress import (
+    LogFollower,
+    RunProgress,
+    parse_event,
+    read_progress,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+
+RUN_TIMEOUT_S = 900.0  # generous: CI machines are small and shared
+SUPERVISION = SupervisorConfig(initial_backoff_s=0.5, stop_grace_s=10.0, linger_s=10.0)
+
+
+@pytest.fixture
+def orchestrator(tmp_path: Path) -> Iterator[LocalOrchestrator]:
+    orchestrator = LocalOrchestrator(tmp_path / "state", config=SUPERVISION)
+    yield orchestrator
+    for run_id in orchestrator.runs():  # never leave a process behind, even on failure
+        orchestrator.stop(run_id)
+
+
+def launch(
+    orchestrator: LocalOrchestrator,
+    preset: str,
+    run_id: str,
+    kafka: str,
+    checkpoints: str,
+    *,
+    workers: int = 2,
+    restart_workers: bool = True,
+    gcs_emulator: str | None = None,
+) -> None:
+    settings = LaunchSettings(
+        preset=preset,
+        run_id=run_id,
+        workers=workers,
+        kafka_bootstrap=kafka,
+        checkpoints=checkpoints,
+        gcs_emulator=gcs_emulator,
+        restart_workers=restart_workers,
+    )
+    prepare_topics(settings)
+    orchestrator.submit(build_run_spec(settings))
+
+
+def explain(orchestrator: LocalOrchestrator, run_id: str) -> str:
+    """The end of every task's log, for an assertion message worth reading."""
+    lines = list(orchestrator.logs(run_id))
+    return "\n".join(lines[-60:])
+
+
+def assert_solved(outcome: RunOutcome, orchestrator: LocalOrchestrator, preset: str) -> None:
+    target = load_preset(preset)
+    finished = outcome.finished
+    assert finished is not None and outcome.solved, explain(orchestrator, outcome.run_id)
+    assert finished["eval_mean_return"] >= target.target_return
+    assert finished["env_steps"] <= target.env_step_budget
+    assert outcome.state is RunState.COMPLETE
+    assert outcome.checkpoint_uri
+    statuses = {s.name: s for s in orchestrator.status(outcome.run_id)}
+    assert statuses["trainer"].state is TaskState.COMPLETE
+
+
+def wait_for(
+    orchestrator: LocalOrchestrator,
+    run_id: str,
+    condition: str,
+    check: Callable[[RunProgress], bool],
+) -> RunProgress:
+    """Follow the logs until ``check(progress)`` holds (e.g. the trainer's 5th version)."""
+    follower = LogFollower(orchestrator.run_dir(run_id).logs_dir)
+    progress = RunProgress()
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not check(progress):
+        assert time.monotonic() < deadline, f"{condition} never happened\n" + explain(
+            orchestrator, run_id
+        )
+        assert progress.finished is None, f"the run ended before {condition}"
+        for task, line in follower.poll():
+            progress.feed(task, line)
+        time.sleep(0.2)
+    return progress
+
+
+def test_cartpole_ppo_sync_solves_through_the_cli_with_gcs_checkpoints(
+    kafka_bootstrap: str, gcs_endpoint: str, unique_name: str, tmp_path: Path
+) -> None:
+    client = storage.Client(
+        project="coach-stream-test",
+        credentials=AnonymousCredentials(),
+        client_options={"api_endpoint": gcs_endpoint},
+    )
+    bucket = client.create_bucket(f"e2e-{unique_name}")
+    run_id = f"e2e-ppo-{unique_name}"
+    state_dir = tmp_path / "state"
+    command = [
+        sys.executable, "-m", "coach_stream.cli.main", "launch", "cartpole-ppo",
+        "--workers", "2", "--run-id", run_id, "--state-dir", str(state_dir),
+        "--kafka", kafka_bootstrap, "--checkpoints", f"gs://{bucket.name}/ckpt",
+        "--gcs-emulator", gcs_endpoint, "--timeout", str(RUN_TIMEOUT_S),
+    ]  # fmt: skip
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S + 120)
+    finally:
+        LocalOrchestrator(state_dir).stop(run_id)
+    orchestrator = LocalOrchestrator(state_dir)
+    assert done.returncode == 0, done.stderr[-3000:] + explain(orchestrator, run_id)
+    assert f"run {run_id}: target_reached" in done.stdout
+    assert f"checkpoint: gs://{bucket.name}/ckpt/" in done.stdout
+    assert "final evaluation: mean return" in done.stdout
+
+    progress = read_progress(orchestrator.run_dir(run_id).logs_dir)
+    assert progress.finished is not None
+    assert progress.finished["eval_mean_return"] >= 475.0
+    assert progress.finished["env_steps"] <= load_preset("cartpole-ppo").env_step_budget
+    final = progress.finished["checkpoint_uri"]
+    assert bucket.blob(final.removeprefix(f"gs://{bucket.name}/")).exists()
+    assert orchestrator.record(run_id).state is RunState.COMPLETE
+    assert all(not s.pid or not Path(f"/proc/{s.pid}").exists() or s.state is TaskState.COMPLETE
+               for s in orchestrator.status(run_id))  # fmt: skip
+
+
+def test_cartpole_dqn_async_solves(
+    orchestrator: LocalOrchestrator, kafka_bootstrap: str, unique_name: str, tmp_path: Path
+) -> None:
+    run_id = f"e2e-dqn-{unique_name}"
+    launch(orchestrator, "cartpole-dqn", run_id, kafka_bootstrap, (tmp_path / "ckpt").as_uri())
+
+    outcome = follow(orchestrator, run_id, timeout_s=RUN_TIMEOUT_S)
+
+    assert_solved(outcome, orchestrator, "cartpole-dqn")
+    assert outcome.progress.figure("policy_version") is not None
+
+
+@pytest.mark.parametrize("preset", ["cartpole-dqn"])
+def test_trainer_kill_9_resumes_from_stored_positions_and_still_solves(
+    orchestrator: LocalOrchestrator,
+    kafka_bootstrap: str,
+    unique_name: str,
+    tmp_path: Path,
+    preset: str,
+) -> None:
+    run_id = f"e2e-resume-{unique_name}"
+    launch(orchestrator, preset, run_id, kafka_bootstrap, (tmp_path / "ckpt").as_uri())
+    before = wait_for(
+        orchestrator, run_id, "the trainer's 4th policy version",
+        lambda p: (p.figure("policy_version") or 0) >= 4,
+    )  # fmt: skip
+    trainer = orchestrator.status(run_id)[0]
+    assert trainer.name == "trainer" and trainer.pid is not None
+
+    os.kill(trainer.pid, signal.SIGKILL)
+    outcome = follow(orchestrator, run_id, timeout_s=RUN_TIMEOUT_S)
+
+    assert_solved(outcome, orchestrator, preset)
+    assert orchestrator.status(run_id)[0].restarts == 1
+    assert outcome.progress.trainer_starts == 2
+    [resumed] = outcome.progress.resumed
+    assert resumed["from_version"] >= 1  # a stored trainer state, not a fresh start
+    assert resumed["env_steps"] > 0 and resumed["positions"]
+    assert resumed["env_steps"] <= (before.env_steps or 0) + 50_000
+    if preset == "cartpole-dqn":  # the replay buffer came back from the log
+        refilled = [
+            event
+            for task, line in LogFollower(orchestrator.run_dir(run_id).logs_dir).poll()
+            if task == "trainer" and (event := _event(line)) and event["event"] == "refilled"
+        ]
+        assert refilled and refilled[0]["chunks"] > 0
+
+
+def _event(line: str) -> dict[str, Any] | None:
+    return parse_event(line)
+
+
+def test_sync_run_with_a_worker_killed_mid_run_completes(
+    orchestrator: LocalOrchestrator, kafka_bootstrap: str, unique_name: str, tmp_path: Path
+) -> None:
+    run_id = f"e2e-deadworker-{unique_name}"
+    launch(
+        orchestrator, "cartpole-ppo", run_id, kafka_bootstrap, (tmp_path / "ckpt").as_uri(),
+        workers=3, restart_workers=False,
+    )  # fmt: skip
+    wait_for(
+        orchestrator, run_id, "the trainer's 3rd policy version",
+        lambda p: (p.figure("policy_version") or 0) >= 3,
+    )  # fmt: skip
+    victim = {s.name: s for s in orchestrator.status(run_id)}["rollout-1"]
+    assert victim.pid is not None
+
+    os.kill(victim.pid, signal.SIGKILL)
+    outcome = follow(orchestrator, run_id, timeout_s=RUN_TIMEOUT_S)
+
+    assert_solved(outcome, orchestrator, "cartpole-ppo")
+    statuses = {s.name: s for s in orchestrator.status(run_id)}
+    assert statuses["rollout-1"].state is TaskState.FAILED  # stayed dead: nobody restarted it
+    assert statuses["rollout-1"].exit_code == -signal.SIGKILL
+    assert statuses["rollout-0"].restarts == statuses["rollout-2"].restarts == 0
