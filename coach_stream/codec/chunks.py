@@ -14,7 +14,8 @@ import numpy as np
 import numpy.typing as npt
 
 from coach_stream.codec import tensors
-from coach_stream.codec.avro import SingleObjectCodec
+from coach_stream.codec.avro import MAGIC, SingleObjectCodec
+from coach_stream.codec.fastpath import V1_FINGERPRINT, ChunkWriterV1
 from coach_stream.codec.registry import SchemaRegistry, SchemaVersion
 from coach_stream.core import ExperienceChunk
 from coach_stream.errors import CoachStreamError, DecodeError, EncodeError
@@ -22,6 +23,7 @@ from coach_stream.errors import CoachStreamError, DecodeError, EncodeError
 CHUNK_SCHEMA = "io.coachstream.ExperienceChunk"
 _ARRAYS = ("observations", "actions", "rewards", "terminated", "truncated")
 _OPTIONAL_ARRAYS = ("log_probs", "values")
+_LIMITS = {"worker_id": 2**31, "env_index": 2**31}  # Avro int; the rest are long
 _INT_FIELDS = ("worker_id", "env_index", "chunk_seq", "policy_version", "first_step")
 
 
@@ -36,8 +38,8 @@ def check_chunk(chunk: ExperienceChunk, error: type[CoachStreamError]) -> None:
     if steps < 0:
         fail(f"rewards must have shape (T,), got {chunk.rewards.shape}")
     for name in _INT_FIELDS:
-        if getattr(chunk, name) < 0:
-            fail(f"{name} is negative")
+        if not 0 <= getattr(chunk, name) < _LIMITS.get(name, 2**63):
+            fail(f"{name} is {getattr(chunk, name)}, outside 0..{_LIMITS.get(name, 2**63) - 1}")
     expected: list[tuple[str, npt.NDArray[Any] | None, int, np.dtype[Any] | None]] = [
         ("observations", chunk.observations, steps + 1, None),
         ("actions", chunk.actions, steps, None),
@@ -65,9 +67,23 @@ class ChunkCodec:
                  reader: SchemaVersion | None = None) -> None:
         registry = registry or SchemaRegistry.load()
         self._codec = SingleObjectCodec(registry, reader or registry.latest(CHUNK_SCHEMA))
+        fingerprint = self._codec.reader.fingerprint
+        self._fast = (ChunkWriterV1(MAGIC + fingerprint) if fingerprint == V1_FINGERPRINT
+                      else None)
+
+    @property
+    def schema(self) -> SchemaVersion:
+        """The schema this codec writes (and resolves every older or newer version to)."""
+        return self._codec.reader
 
     def encode(self, chunk: ExperienceChunk) -> bytes:
         check_chunk(chunk, EncodeError)
+        if self._fast is not None:
+            return self._fast.encode(chunk)
+        return self.encode_generic(chunk)
+
+    def encode_generic(self, chunk: ExperienceChunk) -> bytes:
+        """The same bytes through fastavro, for any schema version (the reference path)."""
         record: dict[str, Any] = {
             "run_id": chunk.run_id,
             "worker_id": chunk.worker_id,

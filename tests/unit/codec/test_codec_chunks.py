@@ -74,7 +74,7 @@ def test_empty_chunk_round_trips() -> None:
         ({"rewards": np.zeros(5, np.float64)}, "rewards must be float32"),
         ({"terminated": np.array([1, 0, 0, 0, 0], bool)}, "before the last step"),
         ({"actions": np.zeros(5, dtype=np.complex64)}, "dtype complex64"),
-        ({"worker_id": -1}, "worker_id is negative"),
+        ({"worker_id": -1}, "worker_id is -1, outside"),
     ],
 )
 def test_malformed_chunks_are_refused_at_encode(change: dict[str, object], match: str) -> None:

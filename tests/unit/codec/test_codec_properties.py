@@ -6,8 +6,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from test_codec_chunks import make_chunk
 
-from coach_stream.codec import decode_chunk, encode_chunk
+from coach_stream.codec import ChunkCodec, decode_chunk, encode_chunk
 from coach_stream.codec.tensors import DTYPES
 from coach_stream.core import ExperienceChunk
 from coach_stream.errors import DecodeError
@@ -74,3 +75,29 @@ def test_mutated_bytes_never_crash(chunk: ExperienceChunk, data: st.DataObject) 
         return
     assert isinstance(decoded, ExperienceChunk)
     assert decoded.num_steps == decoded.observations.shape[0] - 1
+
+
+_CODEC = ChunkCodec()
+
+
+@settings(max_examples=300, deadline=None)
+@given(chunks())
+def test_fast_writer_emits_exactly_fastavros_bytes(chunk: ExperienceChunk) -> None:
+    assert _CODEC.encode(chunk) == _CODEC.encode_generic(chunk)
+
+
+def test_fast_writer_normalises_layouts_like_fastavro() -> None:
+    base = make_chunk(steps=5, obs_shape=(3,))
+    odd = ExperienceChunk(**{
+        **base.__dict__,
+        "observations": np.asfortranarray(base.observations.astype(
+            base.observations.dtype.newbyteorder(">"))),
+        "episode_return": -0.0,
+        "episode_length": 2**40,
+        "created_at_ms": 2**62,
+    })
+    assert _CODEC.encode(odd) == _CODEC.encode_generic(odd)
+    assert decode_chunk(_CODEC.encode(odd)).equals(
+        ExperienceChunk(**{**odd.__dict__, "observations": np.ascontiguousarray(
+            odd.observations, dtype=odd.observations.dtype.newbyteorder("<"))})
+    )
