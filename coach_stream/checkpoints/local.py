@@ -76,7 +76,7 @@ class LocalCheckpointStore:
                 "checkpoint directory."
             ) from exc
         finally:
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):  # best effort: never mask the real error
                 tmp.unlink()
         return StoredObject(uri=target.as_uri(), sha256=sha256_hex(data), size=len(data))
 
