@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import numpy as np
+
+from coach_stream.envs import SeedRole, env_seeds, make_vector_env
+from coach_stream.policies.actors import Action
+from coach_stream.rollout.chunker import Chunker
+
+
+def _run(steps: int, chunk_steps: int, num_envs: int = 3):
+    envs = make_vector_env("CartPole-v1", num_envs)
+    obs, _ = envs.reset(seed=env_seeds(7, 0, num_envs, SeedRole.ROLLOUT))
+    chunker = Chunker("r", 0, num_envs, chunk_steps, (4,), np.dtype(np.float32), behaviour=True)
+    chunker.start(obs, version=3)
+    rng = np.random.default_rng(0)
+    chunks, trace = [], []
+    for _ in range(steps):
+        actions = rng.integers(0, 2, num_envs)
+        action = Action(actions, np.full(num_envs, -0.5, np.float32), np.ones(num_envs, np.float32))
+        before = chunker.last_obs.copy()
+        obs, rewards, term, trunc, infos = envs.step(actions)
+        trace.append((before, actions, term.copy(), infos.get("final_obs")))
+        chunks += chunker.add(action, rewards, term, trunc, obs, infos)
+    chunks += chunker.flush()
+    return chunks, trace, num_envs
+
+
+def test_chunks_cover_every_step_once_and_respect_t() -> None:
+    chunks, trace, num_envs = _run(steps=120, chunk_steps=16)
+    assert sum(c.num_steps for c in chunks) == 120 * num_envs
+    for env in range(num_envs):
+        mine = [c for c in chunks if c.env_index == env]
+        assert [c.chunk_seq for c in mine] == list(range(len(mine)))
+        actions = np.concatenate([c.actions for c in mine])
+        assert np.array_equal(actions, np.array([t[1][env] for t in trace]))
+    for c in chunks:
+        assert 1 <= c.num_steps <= 16
+        assert c.observations.shape == (c.num_steps + 1, 4)
+        assert c.policy_version == 3 and c.log_probs is not None
+        assert not c.terminated[:-1].any() and not c.truncated[:-1].any()
+
+
+def test_episode_end_gives_final_observation_and_return() -> None:
+    chunks, trace, _ = _run(steps=200, chunk_steps=64)
+    ended = [c for c in chunks if c.episode_ended]
+    assert ended, "random CartPole episodes end well within 200 steps"
+    for c in ended:
+        assert c.terminated[-1]
+        assert c.episode_return == float(c.rewards.sum()) + c.first_step  # reward 1 per step
+        assert c.episode_length == c.first_step + c.num_steps
+        # the bootstrap row is the terminal observation, not the reset observation
+        assert abs(c.observations[-1][2]) > 0.2 or abs(c.observations[-1][0]) > 2.3
+    # chunks continuing an episode start where the previous one stopped
+    first = [c for c in chunks if c.env_index == 0]
+    for prev, nxt in zip(first, first[1:], strict=False):
+        if not prev.episode_ended:
+            assert nxt.first_step == prev.first_step + prev.num_steps
+            assert np.array_equal(nxt.observations[0], prev.observations[-1])
+        else:
+            assert nxt.first_step == 0
+
+
+def test_seeds_differ_per_worker_env_and_role() -> None:
+    a = env_seeds(1, 0, 8, SeedRole.ROLLOUT)
+    b = env_seeds(1, 1, 8, SeedRole.ROLLOUT)
+    c = env_seeds(1, 0, 8, SeedRole.EVALUATOR)
+    assert len(set(a + b + c)) == 24
+    assert a == env_seeds(1, 0, 8, SeedRole.ROLLOUT)
+    assert a != env_seeds(2, 0, 8, SeedRole.ROLLOUT)

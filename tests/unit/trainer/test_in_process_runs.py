@@ -1,0 +1,89 @@
+"""Whole runs in one process on in-memory fakes: the loop, SYNC/ASYNC, resume."""
+
+from __future__ import annotations
+
+import torch
+
+from coach_stream.config import load_preset
+from coach_stream.trainer.dqn import DQN
+
+
+def test_ppo_sync_solves_cartpole(in_process_run) -> None:
+    run = in_process_run(load_preset("cartpole-ppo"), workers=2)
+    run.start()
+    finished = run.run(max_steps=120)
+    assert finished is not None and finished.reason == "target_reached"
+    progress = run.trainer_events.of("progress")[-1]
+    assert progress["dropped_stale"] == 0 and progress["policy_lag_mean"] in (0.0, None)
+    assert run.trainer_events.of("finished")[0]["eval_mean_return"] >= 475
+
+
+def test_dqn_async_learns_cartpole(in_process_run) -> None:
+    preset = load_preset("cartpole-dqn", ["network.hidden_sizes=[64, 64]",
+                                          "dqn.learning_starts=500"])
+    run = in_process_run(preset, workers=2)
+    run.start()
+    finished = run.run(max_steps=400)
+    evaluations = [e["mean_return"] for e in run.eval_events.of("evaluation")]
+    assert max(evaluations) >= 150 or (finished is not None and finished.reason ==
+                                       "target_reached")
+
+
+def test_sync_run_goes_on_when_a_worker_stops(in_process_run) -> None:
+    run = in_process_run(load_preset("cartpole-ppo", ["env_step_budget=6000"]), workers=2,
+                         evaluator=False)
+    run.start()
+    alive = run.rollouts[:1]  # worker 1 "dies": only worker 0 fills version v's quota
+    for _ in range(40):
+        if run.step(alive) is not None:
+            break
+    assert run.trainer.version >= 5
+    assert alive[0].extra_shares >= 5  # it acted again with v instead of waiting forever
+
+
+def test_sync_drops_and_counts_stale_chunks(in_process_run) -> None:
+    run = in_process_run(load_preset("cartpole-ppo"), workers=2, evaluator=False)
+    run.start()
+    run.rollouts[0].act_share()
+    run.rollouts[1].act_share()
+    run.rollouts[1].act_share()  # a third share of version 0: the quota is 2 shares
+    while run.trainer.version == 0:
+        run.trainer.iterate()
+    while not run.trainer.reader.at_end():
+        run.trainer.iterate()
+    assert run.trainer.version == 1
+    assert run.trainer.dropped_stale > 0 or run.trainer.learner.steps_per_update < 3 * 256
+
+
+def test_trainer_restart_resumes_from_stored_positions(in_process_run) -> None:
+    preset = load_preset("cartpole-dqn", ["network.hidden_sizes=[32]", "dqn.learning_starts=300",
+                                          "dqn.publish_every=16", "trainer.checkpoint_every=1"])
+    run = in_process_run(preset, workers=1, evaluator=False)
+    run.start()
+    for _ in range(40):
+        run.step()
+    before = run.trainer
+    assert before.version >= 2
+    stored_version = before.version
+    # kill -9: the trainer object is dropped; experience keeps arriving meanwhile
+    run.rollouts[0].act_share()
+    run.trainer = run.new_trainer()
+    assert run.trainer.start() is None
+    resumed = run.trainer_events.of("resumed")[0]
+    assert resumed["from_version"] == stored_version
+    learner = run.trainer.learner
+    assert isinstance(learner, DQN)
+    old = before.learner
+    assert isinstance(old, DQN)
+    assert torch.equal(
+        next(iter(learner.q_network.state_dict().values())),
+        next(iter(old.q_network.state_dict().values())),
+    )
+    refilled = run.trainer_events.of("refilled")[0]
+    assert refilled["positions"][0] >= resumed["positions"][0] > 0
+    assert learner.buffer.size >= old.buffer.size - 64 * 2  # refilled from the log
+    assert run.trainer.env_steps == resumed["env_steps"]
+    assert run.trainer.version > stored_version or run.trainer.version == stored_version
+    for _ in range(5):  # and it keeps training and publishing
+        run.step()
+    assert run.trainer.version > stored_version
