@@ -35,6 +35,12 @@ log = logging.getLogger(__name__)
 
 _DRAIN_BATCH = 500
 _CATCH_UP_SLICE_S = 0.2
+_SETTLE_BACKOFF_S = 0.1
+_SETTLING = {  # a new topic's metadata or leader is not there yet: ask again shortly
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+}
 
 
 class KafkaControlPublisher:
@@ -132,22 +138,33 @@ class KafkaControlSubscriber:
         return self._decode(batch)
 
     def end_offset(self) -> int:
-        """The topic's current end: the offset the next published message will get."""
-        try:
-            low, high = self._client().get_watermark_offsets(
-                TopicPartition(self._topic, 0), timeout=self._timeout_s, cached=False
-            )
-        except KafkaException as exc:
-            error: KafkaError = exc.args[0]
-            if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+        """The topic's current end: the offset the next published message will get.
+
+        Retries while the broker is still electing the partition's leader (right after
+        the topic was created) until the subscriber's timeout.
+        """
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            try:
+                low, high = self._client().get_watermark_offsets(
+                    TopicPartition(self._topic, 0), timeout=self._timeout_s, cached=False
+                )
+                break
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                settling = error.retriable() or error.code() in _SETTLING
+                if settling and time.monotonic() + _SETTLE_BACKOFF_S < deadline:
+                    time.sleep(_SETTLE_BACKOFF_S)
+                    continue
+                if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise ServiceUnavailableError(
+                        f"control topic {self._topic} does not exist; start the run with "
+                        "`coach-stream launch` (it creates the topics) or check the run id."
+                    ) from exc
                 raise ServiceUnavailableError(
-                    f"control topic {self._topic} does not exist; start the run with "
-                    "`coach-stream launch` (it creates the topics) or check the run id."
+                    f"Kafka at {self._settings.bootstrap_servers} did not report the end of "
+                    f"{self._topic} ({error.str()}); check that the broker is up."
                 ) from exc
-            raise ServiceUnavailableError(
-                f"Kafka at {self._settings.bootstrap_servers} did not report the end of "
-                f"{self._topic} ({error.str()}); check that the broker is up."
-            ) from exc
         self._position = max(self._position, low)  # retention may have removed a head
         return int(high)
 
@@ -188,7 +205,9 @@ class KafkaControlSubscriber:
     def _on_error(self, error: KafkaError) -> None:
         if error.code() == KafkaError._PARTITION_EOF:
             return
-        if error.fatal() or error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+        # UNKNOWN_TOPIC_OR_PART is only a warning here: a topic created a moment ago is
+        # not in every broker's metadata yet; end_offset() reports a topic that stays absent.
+        if error.fatal():
             raise ServiceUnavailableError(
                 f"reading {self._topic} failed ({error.str()}); check the broker at "
                 f"{self._settings.bootstrap_servers} and that the run's topics exist."
