@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 from coach_stream.codec import tensors
 from coach_stream.codec.avro import MAGIC, SingleObjectCodec
-from coach_stream.codec.fastpath import V1_FINGERPRINT, ChunkWriterV1
+from coach_stream.codec.fastpath import V1_FINGERPRINT, ChunkReaderV1, ChunkWriterV1
 from coach_stream.codec.registry import SchemaRegistry, SchemaVersion
 from coach_stream.core import ExperienceChunk
 from coach_stream.errors import CoachStreamError, DecodeError, EncodeError
@@ -70,6 +70,10 @@ class ChunkCodec:
         fingerprint = self._codec.reader.fingerprint
         self._fast = (ChunkWriterV1(MAGIC + fingerprint) if fingerprint == V1_FINGERPRINT
                       else None)
+        # v1 bytes map onto core.ExperienceChunk whatever the reader version: v2+ only adds
+        # fields with defaults that core does not carry.
+        self._fast_reader = (ChunkReaderV1()
+                             if registry.by_fingerprint(V1_FINGERPRINT) is not None else None)
 
     @property
     def schema(self) -> SchemaVersion:
@@ -103,6 +107,19 @@ class ChunkCodec:
         return self._codec.encode(record)
 
     def decode(self, data: bytes) -> ExperienceChunk:
+        if (self._fast_reader is not None and data[2:10] == V1_FINGERPRINT
+                and data[:2] == MAGIC and isinstance(data, bytes)):
+            try:
+                chunk = self._fast_reader.decode(data)
+            except Exception:  # Unusual, IndexError, UnicodeDecodeError: let fastavro decide
+                pass
+            else:
+                check_chunk(chunk, DecodeError)
+                return chunk
+        return self.decode_generic(data)
+
+    def decode_generic(self, data: bytes) -> ExperienceChunk:
+        """Decode through fastavro with schema resolution (the reference path)."""
         record = self._codec.decode(data)
         from_avro = tensors.from_avro
         log_probs, values = record["log_probs"], record["values"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -56,13 +57,13 @@ def chunks(draw: st.DrawFn) -> ExperienceChunk:
     )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(chunks())
 def test_round_trip_is_bit_exact(chunk: ExperienceChunk) -> None:
     assert decode_chunk(encode_chunk(chunk)).equals(chunk)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(chunks(), st.data())
 def test_mutated_bytes_never_crash(chunk: ExperienceChunk, data: st.DataObject) -> None:
     encoded = bytearray(encode_chunk(chunk))
@@ -80,7 +81,7 @@ def test_mutated_bytes_never_crash(chunk: ExperienceChunk, data: st.DataObject) 
 _CODEC = ChunkCodec()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(chunks())
 def test_fast_writer_emits_exactly_fastavros_bytes(chunk: ExperienceChunk) -> None:
     assert _CODEC.encode(chunk) == _CODEC.encode_generic(chunk)
@@ -101,3 +102,22 @@ def test_fast_writer_normalises_layouts_like_fastavro() -> None:
         ExperienceChunk(**{**odd.__dict__, "observations": np.ascontiguousarray(
             odd.observations, dtype=odd.observations.dtype.newbyteorder("<"))})
     )
+
+
+@settings(max_examples=100, deadline=None)
+@given(chunks(), st.data())
+def test_fast_reader_agrees_with_fastavro(chunk: ExperienceChunk, data: st.DataObject) -> None:
+    encoded = bytearray(_CODEC.encode(chunk))
+    if data.draw(st.booleans()):
+        position = data.draw(st.integers(min_value=10, max_value=len(encoded) - 1))
+        encoded[position] = data.draw(st.integers(min_value=0, max_value=255))
+    raw = bytes(encoded)
+    try:
+        reference = _CODEC.decode_generic(raw)
+    except DecodeError:
+        reference = None
+    if reference is None:
+        with pytest.raises(DecodeError):
+            _CODEC.decode(raw)
+    else:
+        assert _CODEC.decode(raw).equals(reference)
