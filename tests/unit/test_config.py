@@ -43,7 +43,7 @@ def test_unknown_key_in_a_yaml_file(tmp_path: Path) -> None:
 
 
 def test_invalid_values_and_names() -> None:
-    with pytest.raises(ConfigError, match="ppo.gamma"):
+    with pytest.raises(ConfigError, match=r"ppo\.gamma"):
         load_preset("cartpole-ppo", ["ppo.gamma=2"])
     with pytest.raises(ConfigError, match="sync"):
         load_preset("cartpole-ppo", ["mode=async"])

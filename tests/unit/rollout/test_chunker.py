@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from coach_stream.envs import SeedRole, env_seeds, make_vector_env
@@ -41,7 +43,7 @@ def test_chunks_cover_every_step_once_and_respect_t() -> None:
 
 
 def test_episode_end_gives_final_observation_and_return() -> None:
-    chunks, trace, _ = _run(steps=200, chunk_steps=64)
+    chunks, _trace, _ = _run(steps=200, chunk_steps=64)
     ended = [c for c in chunks if c.episode_ended]
     assert ended, "random CartPole episodes end well within 200 steps"
     for c in ended:
@@ -52,7 +54,7 @@ def test_episode_end_gives_final_observation_and_return() -> None:
         assert abs(c.observations[-1][2]) > 0.2 or abs(c.observations[-1][0]) > 2.3
     # chunks continuing an episode start where the previous one stopped
     first = [c for c in chunks if c.env_index == 0]
-    for prev, nxt in zip(first, first[1:], strict=False):
+    for prev, nxt in itertools.pairwise(first):
         if not prev.episode_ended:
             assert nxt.first_step == prev.first_step + prev.num_steps
             assert np.array_equal(nxt.observations[0], prev.observations[-1])

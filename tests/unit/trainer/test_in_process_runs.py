@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from coach_stream.config import load_preset
 from coach_stream.trainer.dqn import DQN
 
 
+@pytest.mark.slow
 def test_ppo_sync_solves_cartpole(in_process_run) -> None:
     run = in_process_run(load_preset("cartpole-ppo"), workers=2)
     run.start()
@@ -18,6 +20,7 @@ def test_ppo_sync_solves_cartpole(in_process_run) -> None:
     assert run.trainer_events.of("finished")[0]["eval_mean_return"] >= 475
 
 
+@pytest.mark.slow
 def test_dqn_async_learns_cartpole(in_process_run) -> None:
     preset = load_preset("cartpole-dqn", ["network.hidden_sizes=[64, 64]",
                                           "dqn.learning_starts=500"])
@@ -45,14 +48,17 @@ def test_sync_drops_and_counts_stale_chunks(in_process_run) -> None:
     run = in_process_run(load_preset("cartpole-ppo"), workers=2, evaluator=False)
     run.start()
     run.rollouts[0].act_share()
-    run.rollouts[1].act_share()
-    run.rollouts[1].act_share()  # a third share of version 0: the quota is 2 shares
+    run.rollouts[1].act_share()  # two shares of version 0 fill its quota
     while run.trainer.version == 0:
         run.trainer.iterate()
+    assert run.trainer.dropped_stale == 0
+    late = run.rollouts[1]
+    late.act_share()  # a slow worker still acting with version 0
     while not run.trainer.reader.at_end():
         run.trainer.iterate()
     assert run.trainer.version == 1
-    assert run.trainer.dropped_stale > 0 or run.trainer.learner.steps_per_update < 3 * 256
+    assert run.trainer.dropped_stale_steps == late.settings.share_steps * late.envs.num_envs
+    assert run.trainer.learner.ready() is False
 
 
 def test_trainer_restart_resumes_from_stored_positions(in_process_run) -> None:
