@@ -35,7 +35,7 @@ class KafkaSettings(BaseModel):
     compression: Literal["lz4", "zstd", "snappy", "gzip", "none"] = "lz4"
     linger_ms: int = Field(default=5, ge=0, le=60_000)
     """How long the producer waits to fill a batch: throughput for a few ms of latency."""
-    batch_size: int = Field(default=1_000_000, ge=1, le=2_147_483_647)
+    batch_size: int = Field(default=4_000_000, ge=1, le=2_147_483_647)
     """Largest produce batch per partition, in bytes."""
     max_message_bytes: int = Field(default=16 * 1024 * 1024, ge=1024, le=1_000_000_000)
     """Largest record (an Atari-size chunk of 64 steps is ~1.8 MB); also the topic limit."""
