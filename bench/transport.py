@@ -268,7 +268,8 @@ def redis_e2e(port: int, w: Workload, transitions: int) -> dict[str, float]:
     channel = f"bench-{uuid.uuid4().hex}"
     ctx = mp.get_context("spawn")
     ready, go = ctx.Event(), ctx.Event()
-    sub = redis.Redis(port=port).pubsub(ignore_subscribe_messages=True)
+    client: Any = redis.Redis(port=port)
+    sub = client.pubsub(ignore_subscribe_messages=True)
     sub.subscribe(channel)
     proc = ctx.Process(target=_redis_publisher, args=(port, channel, w, transitions, ready, go))
     proc.start()
@@ -337,9 +338,9 @@ def main() -> int:
     if redis_binary is not None:
         with RedisServer(redis_binary) as server:
             for w in (CARTPOLE, ATARI):
-                base = redis_e2e(server.port, w, w.redis_transitions * scale)
-                results[w.name] = (results[w.name][0], base)
-                print(f"# {w.name}: redis {base}", file=sys.stderr)
+                redis_figures = redis_e2e(server.port, w, w.redis_transitions * scale)
+                results[w.name] = (results[w.name][0], redis_figures)
+                print(f"# {w.name}: redis {redis_figures}", file=sys.stderr)
     for name, (kafka, base) in results.items():
         line(f"{name}_e2e_transitions_per_s", kafka["transitions_per_s"], "transitions/s",
              None if base is None else base["transitions_per_s"])
