@@ -1,0 +1,292 @@
+"""Time to solve CartPole-v1: our distributed PPO/DQN launches vs Stable-Baselines3, and the
+cost of producing experience in a rollout worker.
+
+Figures (one JSON line each, baseline measured in the same run, on the same machine):
+
+* ``cartpole_{ppo,dqn}_wall_s_to_475``: seconds from launch (topics created, trainer, 2
+  rollout workers and the evaluator started as processes) to the trainer's ``finished``
+  line with reason ``target_reached``, vs SB3 PPO/DQN with rl-zoo hyperparameters in
+  one process, its clock started at model construction;
+* ``cartpole_{ppo,dqn}_env_steps_to_475``: env steps consumed by then;
+* ``rollout_env_steps_per_s_producing``: a rollout worker's acting loop with the Kafka
+  writer vs the same loop with a writer that discards (ratio = producing / discarding;
+  the target is >= 0.9, i.e. producing costs <= 10 %).
+
+Solved means the same for both sides: mean return >= 475 over 20 greedy episodes. SB3 is
+evaluated every ``--eval-every`` env steps with 20 deterministic episodes, and the time
+spent evaluating is taken off its clock (our evaluator runs as its own process, so its
+cost is inside our figure: a favour to the baseline). An unsolved run within the
+preset's budget prints ``null``.
+
+Usage (stack up): ``KAFKA_BOOTSTRAP_SERVERS=host:port python bench/solve.py [--quick]``.
+``--quick`` (< 60 s) measures only the rollout overhead, as a smoke figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from coach_stream.config import Preset, load_preset
+from coach_stream.core import ExperienceChunk, LoadedPolicy, Mode, PolicyVersion, RunFinished
+from coach_stream.envs import SeedRole, env_seeds, env_shape, make_vector_env, process_seed
+from coach_stream.orchestrators import (
+    LaunchSettings,
+    LocalOrchestrator,
+    SupervisorConfig,
+    build_run_spec,
+)
+from coach_stream.orchestrators.launcher import follow, prepare_topics
+from coach_stream.policies.actors import build_actor
+from coach_stream.rollout.events import EventList
+from coach_stream.rollout.worker import RolloutWorker, WorkerSettings
+from coach_stream.trainer.factory import build_learner
+from coach_stream.transport.admin import ensure_run_topics
+from coach_stream.transport.settings import KafkaSettings, RunTopics
+from coach_stream.transport.writer import KafkaExperienceWriter
+
+TARGET = 475.0
+EVAL_EPISODES = 20
+
+
+def emit(metric: str, value: float | None, unit: str, baseline: str, base: float | None) -> None:
+    ratio = None if value is None or not base else round(value / base, 3)
+    print(json.dumps({
+        "bench": "solve", "metric": metric,
+        "value": None if value is None else round(value, 3), "unit": unit,
+        "baseline": baseline, "baseline_value": None if base is None else round(base, 3),
+        "ratio": ratio,
+    }), flush=True)  # fmt: skip
+
+
+# --------------------------------------------------------------------------- ours
+
+
+def solve_ours(
+    preset_name: str, kafka: str, workers: int, state: Path
+) -> tuple[float | None, int | None]:
+    """Launch a real run and follow it; (wall seconds, env steps) to target, or Nones."""
+    run_id = f"bench-{preset_name}-{uuid.uuid4().hex[:8]}"
+    orchestrator = LocalOrchestrator(state, config=SupervisorConfig(linger_s=5.0))
+    started_epoch = time.time()
+    settings = LaunchSettings(
+        preset=preset_name, run_id=run_id, workers=workers, kafka_bootstrap=kafka,
+        checkpoints=(state / "checkpoints").as_uri(),
+    )  # fmt: skip
+    prepare_topics(settings)
+    orchestrator.submit(build_run_spec(settings))
+    outcome = follow(orchestrator, run_id, timeout_s=900.0)
+    finished = outcome.finished
+    if not outcome.solved or finished is None:
+        print(f"# {run_id}: not solved ({outcome.reason or outcome.state})", file=sys.stderr)
+        return None, None
+    return float(finished["time"]) - started_epoch, int(finished["env_steps"])
+
+
+# --------------------------------------------------------------------------- SB3
+
+
+def _linear(start: float) -> Callable[[float], float]:
+    return lambda progress_remaining: progress_remaining * start
+
+
+def sb3_model(algorithm: str, seed: int) -> Any:
+    """SB3 with rl-zoo's CartPole-v1 hyperparameters (rl-baselines3-zoo hyperparams/*.yml)."""
+    from stable_baselines3 import DQN, PPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    if algorithm == "ppo":
+        return PPO(
+            "MlpPolicy", make_vec_env("CartPole-v1", n_envs=8, seed=seed),
+            n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
+            ent_coef=0.0, learning_rate=_linear(1e-3), clip_range=_linear(0.2),
+            seed=seed, verbose=0, device="cpu",
+        )  # fmt: skip
+    return DQN(
+        "MlpPolicy", make_vec_env("CartPole-v1", n_envs=1, seed=seed),
+        learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000,
+        gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128,
+        exploration_fraction=0.16, exploration_final_eps=0.04,
+        policy_kwargs={"net_arch": [256, 256]}, seed=seed, verbose=0, device="cpu",
+    )  # fmt: skip
+
+
+def greedy_mean_return(model: Any, seed: int) -> float:
+    """One deterministic episode in each of 20 envs, as our evaluator plays them."""
+    envs = make_vector_env("CartPole-v1", EVAL_EPISODES)
+    obs, _ = envs.reset(seed=[seed + i for i in range(EVAL_EPISODES)])  # type: ignore[arg-type]
+    returns = np.zeros(EVAL_EPISODES)
+    running = np.ones(EVAL_EPISODES, dtype=bool)
+    while running.any():
+        actions, _ = model.predict(obs, deterministic=True)
+        obs, rewards, terminated, truncated, _ = envs.step(actions)
+        returns += np.where(running, rewards, 0.0)
+        running &= ~(terminated | truncated)
+    envs.close()
+    return float(returns.mean())
+
+
+def solve_sb3(
+    algorithm: str, budget: int, eval_every: int, seed: int = 1
+) -> tuple[float | None, int | None]:
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class SolveCheck(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.next_eval, self.eval_s = eval_every, 0.0
+            self.solved_at: int | None = None
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps < self.next_eval:
+                return True
+            self.next_eval += eval_every
+            began = time.perf_counter()
+            mean = greedy_mean_return(self.model, seed=10_000 + self.num_timesteps)
+            self.eval_s += time.perf_counter() - began
+            if mean >= TARGET:
+                self.solved_at = self.num_timesteps
+                return False
+            return True
+
+    started = time.perf_counter()
+    model = sb3_model(algorithm, seed)
+    check = SolveCheck()
+    model.learn(total_timesteps=budget, callback=check)
+    wall = time.perf_counter() - started - check.eval_s
+    if check.solved_at is None:
+        print(f"# sb3 {algorithm}: not solved in {budget} steps", file=sys.stderr)
+        return None, None
+    return wall, int(check.solved_at)
+
+
+# --------------------------------------------------------------------------- rollout overhead
+
+
+class _DiscardingWriter:
+    """The same ``ExperienceWriter`` calls, no transport: the loop's cost without producing."""
+
+    def write(self, chunk: ExperienceChunk) -> None:
+        pass
+
+    def flush(self, timeout: float | None = None) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> _DiscardingWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+class _FixedPolicy:
+    """A policy source with one version that never changes and a run that never ends."""
+
+    def __init__(self, policy: LoadedPolicy) -> None:
+        self.policy = policy
+
+    def latest(self, timeout: float) -> LoadedPolicy | None:
+        return self.policy
+
+    def poll(self) -> LoadedPolicy | None:
+        return None
+
+    def wait_for(self, version: int, timeout: float) -> LoadedPolicy:
+        return self.policy
+
+    @property
+    def finished(self) -> RunFinished | None:
+        return None
+
+
+def rollout_rate(preset: Preset, writer: Any, seconds: float) -> float:
+    """Env steps/s of a worker's acting loop (act, chunk, write) over ``seconds``."""
+    envs = make_vector_env(preset.env_id, preset.rollout.num_envs)
+    shape = env_shape(envs)
+    learner = build_learner(preset, shape, 1, torch.Generator().manual_seed(1))
+    version = PolicyVersion("bench", 0, "mem://0", "", 0, 0, 0, 0)
+    policy = LoadedPolicy(version, dict(learner.policy_state_dict()))
+    actor = build_actor(preset, shape, False, process_seed(preset.seed, 0, SeedRole.ROLLOUT))
+    share = preset.ppo_config.num_steps if preset.mode is Mode.SYNC else preset.rollout.chunk_steps
+    settings = WorkerSettings("bench", 0, preset.mode, preset.rollout.chunk_steps, share,
+                              log_every_s=1e9)  # fmt: skip
+    seeds = env_seeds(preset.seed, 0, preset.rollout.num_envs, SeedRole.ROLLOUT)
+    worker = RolloutWorker(envs, actor, writer, _FixedPolicy(policy), settings, seeds, EventList())
+    worker.start()
+    worker.act_share()  # warm-up
+    steps, began = 0, time.perf_counter()
+    while time.perf_counter() - began < seconds:
+        steps += worker.act_share()
+    writer.flush(30.0)  # producing is not done until the broker has it
+    rate = steps / (time.perf_counter() - began)
+    envs.close()
+    return rate
+
+
+def rollout_overhead(kafka: str, seconds: float, rounds: int) -> tuple[float, float]:
+    preset = load_preset("cartpole-ppo")
+    settings = KafkaSettings(bootstrap_servers=kafka)
+    topics = RunTopics.for_run(f"bench-rollout-{uuid.uuid4().hex[:8]}")
+    ensure_run_topics(settings, topics, experience_partitions=1)
+    producing, discarding = [], []
+    with KafkaExperienceWriter(settings, topics.experience) as writer:
+        for _ in range(rounds):  # interleaved, so drift in machine load hits both alike
+            discarding.append(rollout_rate(preset, _DiscardingWriter(), seconds))
+            producing.append(rollout_rate(preset, writer, seconds))
+    return statistics.median(producing), statistics.median(discarding)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="Only the rollout overhead (< 60 s).")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--eval-every", type=int, default=1024, help="SB3 eval period (steps).")
+    parser.add_argument("--algorithms", default="ppo,dqn")
+    args = parser.parse_args()
+    kafka = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if not kafka:
+        sys.exit("KAFKA_BOOTSTRAP_SERVERS is not set: start the stack (coach-stream stack up) "
+                 "and eval \"$(coach-stream stack env)\".")  # fmt: skip
+    torch.set_num_threads(1)  # as in a worker process
+
+    seconds, rounds = (3.0, 2) if args.quick else (8.0, 3)
+    producing, discarding = rollout_overhead(kafka, seconds, rounds)
+    emit("rollout_env_steps_per_s_producing", producing, "env_steps/s",
+         "same_loop_discarding_writer", discarding)  # fmt: skip
+    if args.quick:
+        return 0
+
+    with tempfile.TemporaryDirectory(prefix="bench-solve-") as tmp:
+        for algorithm in args.algorithms.split(","):
+            preset = load_preset(f"cartpole-{algorithm}")
+            ours_wall, ours_steps = solve_ours(preset.name, kafka, args.workers, Path(tmp))
+            torch.set_num_threads(os.cpu_count() or 1)  # SB3 gets every core: its default
+            sb3_wall, sb3_steps = solve_sb3(algorithm, preset.env_step_budget, args.eval_every)
+            torch.set_num_threads(1)
+            baseline = f"sb3_{algorithm}_rlzoo_1proc"
+            emit(f"cartpole_{algorithm}_wall_s_to_475", ours_wall, "s", baseline, sb3_wall)
+            emit(f"cartpole_{algorithm}_env_steps_to_475", ours_steps, "env_steps", baseline,
+                 sb3_steps)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
