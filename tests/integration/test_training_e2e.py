@@ -166,7 +166,7 @@ def test_cartpole_dqn_async_solves(
     assert outcome.progress.figure("policy_version") is not None
 
 
-@pytest.mark.parametrize("preset", ["cartpole-dqn"])
+@pytest.mark.parametrize("preset", ["cartpole-dqn", "cartpole-ppo"])
 def test_trainer_kill_9_resumes_from_stored_positions_and_still_solves(
     orchestrator: LocalOrchestrator,
     kafka_bootstrap: str,
