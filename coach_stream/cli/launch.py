@@ -79,11 +79,11 @@ def render(
     table.add_column()
     budget = f" / {preset.env_step_budget:,}" if preset else ""
     target = f" (target {preset.target_return:g})" if preset else ""
-    rate = progress.figure("env_steps_per_s") or progress.worker_env_steps_per_s
+    consumed, produced = progress.figure("env_steps_per_s"), progress.worker_env_steps_per_s
     rows = [
         ("elapsed", f"{elapsed:,.0f} s"),
         ("env steps", f"{_fmt(progress.figure('env_steps'))}{budget}"),
-        ("env steps/s", _fmt(rate)),
+        ("env steps/s", f"{_fmt(consumed)} trained on, {_fmt(produced)} produced by workers"),
         ("updates", _fmt(progress.figure("updates"))),
         ("policy version", _fmt(progress.figure("policy_version"))),
         ("policy lag", _fmt(progress.figure("policy_lag_mean"), 2)),
@@ -225,7 +225,7 @@ def _follow_live(
         if now - last_print[0] < 5.0:
             return
         last_print[0] = now
-        rate = progress.figure("env_steps_per_s") or progress.worker_env_steps_per_s
+        rate = progress.figure("env_steps_per_s")
         err.print(
             f"[{now - started:6.0f} s] steps {_fmt(progress.figure('env_steps'))} "
             f"steps/s {_fmt(rate)} "
