@@ -8,6 +8,7 @@ source, then hands them to ``RolloutWorker`` / ``Evaluator``. Exits 0 once the t
 from __future__ import annotations
 
 import sys
+import time
 
 import typer
 
@@ -28,13 +29,32 @@ from coach_stream.cli.train import (
 from coach_stream.control.policy_source import CheckpointPolicySource
 from coach_stream.core import Mode
 from coach_stream.envs import SeedRole, env_seeds, env_shape, make_vector_env, process_seed
+from coach_stream.errors import ServiceUnavailableError
 from coach_stream.policies.actors import build_actor
 from coach_stream.rollout.evaluator import Evaluator
 from coach_stream.rollout.events import JsonLines
 from coach_stream.rollout.worker import RolloutWorker, WorkerSettings
+from coach_stream.transport.admin import check_broker
 from coach_stream.transport.control import KafkaControlPublisher, KafkaControlSubscriber
-from coach_stream.transport.settings import RunTopics
+from coach_stream.transport.settings import KafkaSettings, RunTopics
 from coach_stream.transport.writer import KafkaExperienceWriter
+
+
+def wait_for_topics(settings: KafkaSettings, topics: RunTopics, timeout: float) -> None:
+    """Workers may start before the trainer has created the run's topics: wait (bounded)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        metadata = check_broker(settings, timeout=min(10.0, timeout))
+        present = metadata.topics
+        if all(t in present and present[t].partitions for t in (topics.control,
+                                                                 topics.experience)):
+            return
+        if time.monotonic() >= deadline:
+            raise ServiceUnavailableError(
+                f"Topic {topics.control} did not appear within {timeout:.0f} s; start the "
+                "trainer for this run (it creates the topics) or check the run id."
+            )
+        time.sleep(0.5)  # polling the broker's metadata, not synchronizing with a peer
 
 
 def rollout(
@@ -53,6 +73,7 @@ def rollout(
     config = load_run_preset(preset, seed, overrides)
     settings = kafka_settings(kafka)
     topics = RunTopics.for_run(run_id, settings.topic_prefix)
+    wait_for_topics(settings, topics, config.rollout.policy_wait_s)
     role = SeedRole.EVALUATOR if evaluator else SeedRole.ROLLOUT
     num_envs = config.eval_episodes if evaluator else config.rollout.num_envs
     envs = make_vector_env(config.env_id, num_envs)
