@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import enum
 import json
+import signal
 import sys
 import time
 from pathlib import Path
+from types import FrameType
 
 import typer
 from rich.console import Console, Group
@@ -103,9 +105,8 @@ def render(
 def _print_outcome(outcome: RunOutcome, orchestrator: LocalOrchestrator) -> None:
     """The result on stdout, one fact per line (scripts grep these; no wrapping)."""
     progress = outcome.progress
-    lines = [
-        f"run {outcome.run_id}: {outcome.reason or outcome.state} after {outcome.wall_s:.1f} s"
-    ]
+    how = "timed out" if outcome.timed_out else (outcome.reason or str(outcome.state))
+    lines = [f"run {outcome.run_id}: {how} after {outcome.wall_s:.1f} s"]
     if progress.env_steps is not None:
         lines.append(f"env steps: {progress.env_steps:,}")
     if outcome.checkpoint_uri:
@@ -237,6 +238,10 @@ def _follow_live(
     return _follow_interruptible(orchestrator, run_id, preset, plain, timeout)
 
 
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
 def _follow_interruptible(
     orchestrator: LocalOrchestrator,
     run_id: str,
@@ -244,6 +249,8 @@ def _follow_interruptible(
     update: UpdateCallback,
     timeout: float | None,
 ) -> RunOutcome:
+    # A launcher killed with SIGTERM (a CI timeout, `kill`) stops its run like Ctrl-C does.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         return follow(
             orchestrator,
