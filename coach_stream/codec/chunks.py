@@ -7,7 +7,6 @@ learns about a malformed chunk where it is made, a reader never hands one to a l
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -144,6 +143,3 @@ class ChunkCodec:
         check_chunk(chunk, DecodeError)
         return chunk
 
-
-Encoder = Callable[[ExperienceChunk], bytes]
-Decoder = Callable[[bytes], ExperienceChunk]
