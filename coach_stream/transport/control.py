@@ -58,6 +58,16 @@ class KafkaControlPublisher:
             self._producer = Producer({**self._settings.producer_config(), "linger.ms": 0})
         return self._producer
 
+    def open(self) -> None:
+        """Connect now (metadata and producer id) so the first announcement pays no setup."""
+        try:
+            self._client().list_topics(self._topic, timeout=self._timeout_s)
+        except KafkaException as exc:
+            raise ServiceUnavailableError(
+                f"Kafka at {self._settings.bootstrap_servers} did not answer within "
+                f"{self._timeout_s:g} s ({exc.args[0]}); check that the broker is up."
+            ) from exc
+
     def publish(self, message: ControlMessage) -> None:
         value = encode_control(message)
         failures: list[str] = []
@@ -172,7 +182,9 @@ class KafkaControlSubscriber:
         """Every message up to the end the topic had when called (at most ``timeout`` s)."""
         deadline = time.monotonic() + timeout
         end = self.end_offset()
-        messages: list[ControlMessage] = []
+        # One poll even when already at the end: it starts the fetcher, so the first new
+        # message is not delayed by the consumer's start-up.
+        messages = self.poll(0.0)
         while self._position < end:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
