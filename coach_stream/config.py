@@ -43,6 +43,11 @@ class RolloutConfig(_Frozen):
     sync_wait_s: float = Field(default=2.0, gt=0)
     """SYNC: how long a worker waits for v+1 before acting another share with v (a worker
     that died leaves its share to the others this way)."""
+    async_max_lead_steps: int | None = Field(default=None, ge=1)
+    """ASYNC pacing: after this many steps (per worker) acted with one version and no newer
+    one, wait up to ``sync_wait_s`` for it before acting on. Reverb's limiter blocks fast
+    writers the same way; it keeps workers from burning the cores a busy trainer needs on
+    experience the limiter would leave unread. None: never wait."""
 
 
 class PPOConfig(_Frozen):

@@ -95,6 +95,7 @@ def rollout(
             worker_settings = WorkerSettings(
                 run_id, worker_id, config.mode, config.rollout.chunk_steps, share,
                 sync_wait_s=config.rollout.sync_wait_s,
+                max_lead_steps=config.rollout.async_max_lead_steps,
                 policy_wait_s=config.rollout.policy_wait_s,
                 log_every_s=config.trainer.log_every_s,
             )

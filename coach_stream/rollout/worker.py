@@ -8,7 +8,9 @@ and never knows that Kafka or GCS exist. Synchronization follows the run's mode:
   the trainer's quota is short), act another share with v instead of waiting forever: the
   run never blocks on one worker, and the trainer drops whatever arrives too late.
 - ASYNC (off-policy): never wait; between shares (``chunk_steps`` steps per env), take a
-  newer version if the policy source has one.
+  newer version if the policy source has one. Optional pacing (``max_lead_steps``): a
+  worker that has acted that many steps with one version waits up to ``sync_wait_s`` for
+  the next, then goes on anyway, so a trainer that cannot keep up is not starved of CPU.
 
 The worker exits cleanly when the policy source has read ``RunFinished``.
 """
@@ -49,6 +51,8 @@ class WorkerSettings:
     sync_wait_s: float = 2.0
     policy_wait_s: float = 120.0
     log_every_s: float = 1.0
+    max_lead_steps: int | None = None
+    """ASYNC: steps with one version after which the worker waits (bounded) for a newer one."""
 
 
 def first_policy(source: PolicySource, wait_s: float) -> LoadedPolicy:
@@ -96,6 +100,8 @@ class RolloutWorker:
         self.chunks_written = 0
         self.extra_shares = 0  # SYNC shares acted again with v because v+1 was late
         self.rejected_versions = 0
+        self.paced_waits = 0  # ASYNC: times the worker waited because it was too far ahead
+        self._steps_at_version = 0
         self._recent_returns: deque[float] = deque(maxlen=100)
         self._last_log = (clock(), 0)
 
@@ -145,6 +151,15 @@ class RolloutWorker:
                     return False
             else:
                 newer = self.source.poll()
+                lead = self.env_steps - self._steps_at_version
+                limit = self.settings.max_lead_steps
+                if newer is None and limit is not None and lead >= limit:
+                    self.paced_waits += 1
+                    try:
+                        newer = self.source.wait_for(self.actor.version + 1, timeout=timeout)
+                    except TimeoutError:
+                        self._steps_at_version = self.env_steps  # go on: never deadlock
+                        return False
         except RunEndedError:
             return False
         if newer is None or newer.version.version <= self.actor.version:
@@ -156,6 +171,7 @@ class RolloutWorker:
             self.rejected_versions += 1  # keep acting with the old policy
             return False
         self.chunker.version = self.actor.version
+        self._steps_at_version = self.env_steps
         return True
 
     # ------------------------------------------------------------------ helpers
@@ -185,6 +201,7 @@ class RolloutWorker:
             "mean_return": float(np.mean(returns)) if returns else None,
             "extra_shares": self.extra_shares,
             "rejected_versions": self.rejected_versions,
+            "paced_waits": self.paced_waits,
         }
         self.events("progress", fields)
         self._last_log = (now, self.env_steps)

@@ -91,7 +91,8 @@ class InProcessRun:
                             seed=process_seed(p.seed, worker_id, SeedRole.ROLLOUT))
         share = p.ppo_config.num_steps if p.mode is Mode.SYNC else p.rollout.chunk_steps
         settings = WorkerSettings(self.run_id, worker_id, p.mode, p.rollout.chunk_steps, share,
-                                  sync_wait_s=0.01, policy_wait_s=1.0)
+                                  sync_wait_s=0.01, policy_wait_s=1.0,
+                                  max_lead_steps=p.rollout.async_max_lead_steps)
         return RolloutWorker(
             envs, actor, MemoryExperienceWriter(self.log), self._source(), settings,
             env_seeds(p.seed, worker_id, p.rollout.num_envs, SeedRole.ROLLOUT), EventList(),
