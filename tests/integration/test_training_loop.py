@@ -1,0 +1,183 @@
+"""The trainer and rollout loops over the real broker and fake-gcs-server, in one process.
+
+Workers and the trainer are interleaved in one thread (no subprocesses: those are the
+end-to-end tests), so each test can look inside: versions, positions, the replay buffer.
+A trainer is "killed" by dropping it without any shutdown, then a new one is built with
+fresh Kafka clients and the same store, as after ``kill -9``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import storage
+
+from coach_stream.checkpoints import open_store
+from coach_stream.config import Preset, load_preset
+from coach_stream.control.policy_source import CheckpointPolicySource
+from coach_stream.core import CheckpointStore, Mode
+from coach_stream.envs import SeedRole, env_seeds, env_shape, make_vector_env, process_seed
+from coach_stream.policies.actors import build_actor
+from coach_stream.rollout.events import EventList
+from coach_stream.rollout.worker import RolloutWorker, WorkerSettings
+from coach_stream.trainer.dqn import DQN
+from coach_stream.trainer.factory import build_learner, trainer_settings
+from coach_stream.trainer.loop import Trainer
+from coach_stream.transport.admin import ensure_run_topics
+from coach_stream.transport.control import KafkaControlPublisher, KafkaControlSubscriber
+from coach_stream.transport.reader import KafkaExperienceReader
+from coach_stream.transport.settings import KafkaSettings, RunTopics
+from coach_stream.transport.writer import KafkaExperienceWriter
+
+
+@pytest.fixture
+def gcs_bucket(gcs_endpoint: str) -> Iterator[str]:
+    client = storage.Client(project="test", credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
+                            client_options={"api_endpoint": gcs_endpoint})
+    name = f"train-{uuid.uuid4().hex[:12]}"
+    bucket = client.create_bucket(name)
+    yield name
+    for blob in client.list_blobs(name):
+        blob.delete()
+    bucket.delete()
+    client.close()
+
+
+@dataclass
+class KafkaRun:
+    preset: Preset
+    kafka: KafkaSettings
+    store: CheckpointStore
+    workers: int = 2
+    run_id: str = field(default_factory=lambda: f"loop-{uuid.uuid4().hex[:10]}")
+    stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+
+    def __post_init__(self) -> None:
+        torch.set_num_threads(1)
+        self.topics = RunTopics.for_run(self.run_id, self.kafka.topic_prefix)
+        ensure_run_topics(self.kafka, self.topics, experience_partitions=self.workers)
+        self.trainer_events = EventList()
+        self.trainer = self.new_trainer()
+        self.rollouts = [self._worker(i) for i in range(self.workers)]
+
+    def new_trainer(self) -> Trainer:
+        self.trainer_events = EventList()
+        generator = torch.Generator().manual_seed(
+            process_seed(self.preset.seed, 0, SeedRole.TRAINER))
+        envs = make_vector_env(self.preset.env_id, 1)
+        shape = env_shape(envs)
+        envs.close()
+        group = f"{self.kafka.topic_prefix}.{self.run_id}.trainer"
+        reader = self.stack.enter_context(KafkaExperienceReader(self.kafka, self.topics, group))
+        control = self.stack.enter_context(KafkaControlSubscriber(self.kafka, self.topics))
+        publisher = self.stack.enter_context(KafkaControlPublisher(self.kafka, self.topics))
+        return Trainer(build_learner(self.preset, shape, self.workers, generator), reader,
+                       control, publisher, self.store, trainer_settings(self.preset, self.run_id),
+                       self.trainer_events, generator)
+
+    def _worker(self, worker_id: int) -> RolloutWorker:
+        p = self.preset
+        envs = make_vector_env(p.env_id, p.rollout.num_envs)
+        actor = build_actor(p, env_shape(envs), greedy=False,
+                            seed=process_seed(p.seed, worker_id, SeedRole.ROLLOUT))
+        share = p.ppo_config.num_steps if p.mode is Mode.SYNC else p.rollout.chunk_steps
+        control = self.stack.enter_context(KafkaControlSubscriber(self.kafka, self.topics))
+        writer = self.stack.enter_context(KafkaExperienceWriter(self.kafka, self.topics.experience))
+        return RolloutWorker(
+            envs, actor, writer, CheckpointPolicySource(control, self.store, run_id=self.run_id),
+            WorkerSettings(self.run_id, worker_id, p.mode, p.rollout.chunk_steps, share,
+                           policy_wait_s=30.0),
+            env_seeds(p.seed, worker_id, p.rollout.num_envs, SeedRole.ROLLOUT), EventList(),
+        )
+
+    def advance(self, versions: int, deadline_s: float = 90.0) -> None:
+        """Workers act and the trainer learns until it has announced ``versions`` more."""
+        target, deadline = self.trainer.version + versions, time.monotonic() + deadline_s
+        while self.trainer.version < target:
+            assert time.monotonic() < deadline, f"stuck at version {self.trainer.version}"
+            for worker in self.rollouts:
+                worker.act_share()
+                worker.writer.flush(10.0)
+            version, wait_until = self.trainer.version, time.monotonic() + 5.0
+            while self.trainer.version == version and time.monotonic() < wait_until:
+                assert self.trainer.iterate() is None
+            for worker in self.rollouts:
+                worker.sync(2.0 if self.preset.mode is Mode.SYNC else 0.0)
+
+
+@pytest.fixture
+def kafka_run(kafka_bootstrap: str, gcs_endpoint: str, gcs_bucket: str) -> Iterator[type]:
+    runs: list[KafkaRun] = []
+
+    def make(preset: Preset, workers: int = 2) -> KafkaRun:
+        store = open_store(f"gs://{gcs_bucket}/exp", gcs_emulator_host=gcs_endpoint)
+        run = KafkaRun(preset, KafkaSettings(bootstrap_servers=kafka_bootstrap), store, workers)
+        runs.append(run)
+        return run
+
+    yield make  # type: ignore[misc]
+    for run in runs:
+        run.stack.close()
+        for worker in run.rollouts:
+            worker.envs.close()
+
+
+def test_ppo_sync_versions_flow_and_a_killed_trainer_resumes(kafka_run) -> None:
+    run = kafka_run(load_preset("cartpole-ppo"))
+    assert run.trainer.start() is None
+    for worker in run.rollouts:
+        worker.start()
+    run.advance(versions=3)
+    killed = run.trainer
+    stored_version = killed.version
+    stored_steps = killed.env_steps
+    assert stored_steps >= 3 * run.preset.steps_per_update(2)
+    assert killed.dropped_stale == 0
+    keys = run.store.list(f"runs/{run.run_id}/")
+    assert f"runs/{run.run_id}/trainer/{stored_version:08d}.pt" in keys
+    assert f"runs/{run.run_id}/policies/{stored_version:08d}.pt" in keys
+
+    # kill -9: no shutdown; workers go on acting with the announced version meanwhile
+    for worker in run.rollouts:
+        worker.act_share()
+        worker.writer.flush(10.0)
+    run.trainer = run.new_trainer()
+    assert run.trainer.start() is None
+    resumed = run.trainer_events.of("resumed")[0]
+    assert resumed["from_version"] == stored_version == run.trainer.version
+    assert run.trainer.env_steps == stored_steps
+    assert run.trainer.reader.positions() == {int(p): o for p, o in
+                                              resumed["positions"].items()}
+    run.advance(versions=2)  # the shares acted meanwhile fill the quota of the same version
+    assert run.trainer.version == stored_version + 2
+    assert run.trainer.dropped_stale == 0
+
+
+def test_dqn_restart_refills_the_replay_buffer_from_the_log(kafka_run) -> None:
+    preset = load_preset("cartpole-dqn", ["network.hidden_sizes=[32]", "dqn.learning_starts=256",
+                                          "dqn.publish_every=8", "trainer.checkpoint_every=1"])
+    run = kafka_run(preset, workers=1)
+    assert run.trainer.start() is None
+    run.rollouts[0].start()
+    run.advance(versions=3)
+    killed = run.trainer
+    learner = killed.learner
+    assert isinstance(learner, DQN) and learner.buffer.size > 256
+    run.trainer = run.new_trainer()
+    assert run.trainer.start() is None
+    refilled = run.trainer.learner
+    assert isinstance(refilled, DQN)
+    resumed = run.trainer_events.of("resumed")[0]
+    assert resumed["from_version"] <= killed.version
+    # everything up to the stored positions is back in the buffer
+    assert refilled.buffer.size >= resumed["env_steps"] > 0
+    assert refilled.limiter.inserted == resumed["env_steps"]
+    run.advance(versions=2)
+    assert run.trainer.version >= killed.version + 2
