@@ -6,6 +6,10 @@ checked against its announced sha256 and size, loaded with ``weights_only=True``
 only then swapped in; a version that fails is rejected with a logged reason and the
 current policy stays. Missing or corrupt objects are rejected for good; a store outage
 is retried after ``retry_after_s``, since the object itself may be fine.
+
+With ``background=True`` (ASYNC workers) ``poll()`` never waits for a transfer: it hands
+the newest version to one fetch thread and swaps on a later ``poll()`` once the weights
+are loaded, so a 50 MB checkpoint does not stall the environment loop.
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Protocol, runtime_checkable
+from concurrent.futures import Future, ThreadPoolExecutor
+from types import TracebackType
+from typing import Protocol, Self, runtime_checkable
 
 from coach_stream.checkpoints.serialization import policy_from_bytes
 from coach_stream.core import (
@@ -36,6 +42,8 @@ log = logging.getLogger(__name__)
 
 _WAIT_SLICE_S = 0.5  # wait_for polls in slices so RunFinished and timeouts are noticed
 
+_Outcome = LoadedPolicy | CheckpointError  # what one fetch attempt produced
+
 
 @runtime_checkable
 class ControlLogReader(ControlSubscriber, Protocol):
@@ -57,6 +65,7 @@ class CheckpointPolicySource:
         retry_after_s: float = 5.0,
         loader: Callable[[bytes], Mapping[str, object]] = policy_from_bytes,
         clock: Callable[[], float] = time.monotonic,
+        background: bool = False,
     ) -> None:
         self._subscriber = subscriber
         self._store = store
@@ -71,6 +80,9 @@ class CheckpointPolicySource:
         self._retry_at: dict[int, float] = {}
         self._finished: RunFinished | None = None
         self._evaluations: list[EvaluationReport] = []
+        self._background = background
+        self._executor: ThreadPoolExecutor | None = None  # created on first use
+        self._inflight: tuple[PolicyVersion, Future[_Outcome]] | None = None
 
     # ------------------------------------------------------------------ PolicySource
 
@@ -82,7 +94,11 @@ class CheckpointPolicySource:
     def poll(self) -> LoadedPolicy | None:
         before = self._current
         self._absorb(self._subscriber.poll(0.0))
-        self._load_newest()
+        if self._background:
+            self._collect(block=False)
+            self._start_fetch()
+        else:
+            self._load_newest()
         return self._current if self._current is not before else None
 
     def wait_for(self, version: int, timeout: float) -> LoadedPolicy:
@@ -105,6 +121,28 @@ class CheckpointPolicySource:
     @property
     def finished(self) -> RunFinished | None:
         return self._finished
+
+    def join_fetch(self, timeout: float | None = None) -> None:
+        """Wait for a background fetch in flight and settle it (tests, shutdown)."""
+        self._collect(block=True, timeout=timeout)
+
+    def close(self) -> None:
+        """Stop the fetch thread (if one was started); the subscriber is the caller's."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+            self._inflight = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
 
     # ------------------------------------------------------------------ for status tools
 
@@ -151,51 +189,87 @@ class CheckpointPolicySource:
         if message.version > current and message.version not in self._rejected:
             self._announced[message.version] = message
 
+    def _candidates(self) -> list[PolicyVersion]:
+        """Announced versions worth trying now, newest first."""
+        now = self._clock()
+        return [
+            self._announced[v]
+            for v in sorted(self._announced, reverse=True)
+            if self._retry_at.get(v, 0.0) <= now
+        ]
+
     def _load_newest(self) -> None:
         """Try announced versions newest first; the first that verifies becomes current."""
-        now = self._clock()
-        for version in sorted(self._announced, reverse=True):
-            if self._retry_at.get(version, 0.0) > now:
-                continue
-            loaded = self._try_load(self._announced[version])
-            if loaded is not None:
-                self._current = loaded
-                self._announced = {v: m for v, m in self._announced.items() if v > version}
+        self._collect(block=True)
+        for message in self._candidates():
+            if self._settle(message, self._attempt(message)):
                 return
 
-    def _try_load(self, message: PolicyVersion) -> LoadedPolicy | None:
-        keeping = self._current.version.version if self._current is not None else None
+    def _start_fetch(self) -> None:
+        """Hand the newest candidate to the fetch thread, unless one is in flight."""
+        if self._inflight is not None:
+            return
+        candidates = self._candidates()
+        if not candidates:
+            return
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="policy-fetch")
+        message = candidates[0]
+        self._inflight = (message, self._executor.submit(self._attempt, message))
+
+    def _collect(self, block: bool, timeout: float | None = None) -> None:
+        if self._inflight is None:
+            return
+        message, future = self._inflight
+        if not block and not future.done():
+            return
+        outcome = future.result(timeout)
+        self._inflight = None
+        self._settle(message, outcome)
+
+    def _attempt(self, message: PolicyVersion) -> _Outcome:
+        """Fetch, verify and load one version (may run on the fetch thread: no state here)."""
         try:
             blob = self._store.get(message.uri, expected_sha256=message.sha256)
             if len(blob) != message.size:
                 raise IntegrityError(
                     f"checkpoint {message.uri} holds {len(blob)} bytes, {message.size} announced."
                 )
-            state_dict = self._loader(blob)
-        except (IntegrityError, CheckpointNotFoundError) as exc:
-            self._rejected[message.version] = str(exc)
+            return LoadedPolicy(version=message, state_dict=self._loader(blob))
+        except CheckpointError as exc:
+            return exc
+
+    def _settle(self, message: PolicyVersion, outcome: _Outcome) -> bool:
+        """Record an attempt's outcome; True if it became the current policy."""
+        keeping = self._current.version.version if self._current is not None else None
+        if isinstance(outcome, LoadedPolicy):
+            self._retry_at.pop(message.version, None)
+            if keeping is not None and message.version <= keeping:
+                return False
+            self._current = outcome
+            self._announced = {v: m for v, m in self._announced.items() if v > message.version}
+            return True
+        if isinstance(outcome, IntegrityError | CheckpointNotFoundError):
+            self._rejected[message.version] = str(outcome)
             self._announced.pop(message.version, None)
             log.warning(
                 "rejected policy version %d (%s): %s; keeping version %s",
                 message.version,
                 message.uri,
-                exc,
+                outcome,
                 keeping,
             )
-            return None
-        except CheckpointError as exc:
+        else:
             self._retry_at[message.version] = self._clock() + self._retry_after_s
             log.warning(
                 "could not fetch policy version %d (%s): %s; keeping version %s, retry in %.0f s",
                 message.version,
                 message.uri,
-                exc,
+                outcome,
                 keeping,
                 self._retry_after_s,
             )
-            return None
-        self._retry_at.pop(message.version, None)
-        return LoadedPolicy(version=message, state_dict=state_dict)
+        return False
 
     def _timeout_message(self, version: int, timeout: float) -> str:
         have = self._current.version.version if self._current is not None else None

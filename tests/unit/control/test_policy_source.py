@@ -214,3 +214,58 @@ def test_memory_log_delivers_to_independent_subscribers(log: MemoryControlLog) -
     publisher.publish(report)
     assert early.poll(0.0) == [report] and early.poll(0.0) == []
     assert late.read_to_end(1.0) == [report]
+
+
+class GatedStore(MemoryCheckpointStore):
+    """A store whose reads wait until the test opens the gate (a slow 50 MB transfer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.reading = threading.Event()
+
+    def get(self, uri: str, expected_sha256: str | None = None) -> bytes:
+        self.reading.set()
+        assert self.gate.wait(timeout=10), "test never opened the gate"
+        return super().get(uri, expected_sha256)
+
+
+def test_background_poll_never_waits_for_a_transfer(
+    weights: Weights, log: MemoryControlLog, subscriber: MemoryControlSubscriber
+) -> None:
+    store = GatedStore()
+    announcer = Announcer(store, MemoryControlPublisher(log), "r1")
+    store.gate.set()
+    announcer.publish_policy(weights(0), 0, 0)
+    store.gate.clear()
+    with CheckpointPolicySource(subscriber, store, background=True) as source:
+        assert source.poll() is None  # the fetch of version 0 started, gate closed
+        assert store.reading.wait(timeout=10)
+        assert source.poll() is None and source.current is None  # still not waiting
+        store.gate.set()
+        source.join_fetch(timeout=10)
+        assert source.current is not None and source.current.version.version == 0
+        assert source.poll() is None  # the swap already happened in join_fetch
+
+
+def test_background_fetch_rejects_a_corrupt_version_and_keeps_the_policy(
+    weights: Weights,
+    announcer: Announcer,
+    subscriber: MemoryControlSubscriber,
+    store: MemoryCheckpointStore,
+) -> None:
+    with CheckpointPolicySource(subscriber, store, background=True) as source:
+        announcer.publish_policy(weights(0), 0, 0)
+        source.poll()
+        source.join_fetch(timeout=10)
+        bad = announcer.publish_policy(weights(1), 1, 1)
+        store.corrupt(store.key_of(bad.uri))
+        assert source.poll() is None
+        source.join_fetch(timeout=10)
+        assert source.current is not None and source.current.version.version == 0
+        assert 1 in source.rejected
+        announcer.publish_policy(weights(2), 2, 2)
+        source.poll()
+        source.join_fetch(timeout=10)
+        assert source.current.version.version == 2
+        assert source.wait_for(2, timeout=1.0).version.version == 2
