@@ -1,3 +1,4 @@
+# mypy: disable-error-code="no-untyped-call"
 """Retry backoff (with a fake clock: no sleeping) and the retention rule."""
 
 from __future__ import annotations
