@@ -44,7 +44,7 @@ class DQN:
     ) -> None:
         self.q_network, self.target_network, self.config = q_network, target_network, config
         self.target_network.load_state_dict(q_network.state_dict())
-        self.optimizer = optim.Adam(q_network.parameters(), lr=config.learning_rate)
+        self.optimizer = optim.Adam(q_network.parameters(), lr=config.learning_rate, fused=True)
         self.buffer = ReplayBuffer(config.buffer_size, obs_shape)
         self.limiter = SamplesPerInsertLimiter(
             config.samples_per_insert, config.learning_starts, config.spi_tolerance

@@ -93,6 +93,7 @@ class Trainer:
         self._train_returns: deque[float] = deque(maxlen=100)
         self._lag_sum = self._lag_count = 0
         self._metrics: dict[str, float] = {}
+        self._seconds = {"read_s": 0.0, "learn_s": 0.0, "publish_s": 0.0}  # where time goes
         self._last_log = (clock(), 0, 0)
         self._last_control = 0.0
         self._started = clock()
@@ -139,14 +140,21 @@ class Trainer:
         if self._target_reached():
             return self._end("target_reached")
         learner = self.learner
+        seconds, clock = self._seconds, self.clock
         if learner.wants_data():
             timeout = 0.0 if learner.ready() else self.settings.read_timeout_s
+            t0 = clock()
             self._consume(self.reader.read(self.settings.read_batch, timeout))
+            seconds["read_s"] += clock() - t0
         if learner.ready():
+            t0 = clock()
             metrics, publish = learner.learn(self.env_steps)
+            t1 = clock()
+            seconds["learn_s"] += t1 - t0
             self._metrics.update(metrics)
             if publish:
                 self._publish(save_state=True)
+                seconds["publish_s"] += clock() - t1
         if self.env_steps >= self.settings.env_step_budget:
             return self._end("budget_exhausted")
         if self.clock() - self._last_log[0] >= self.settings.log_every_s:
@@ -298,6 +306,7 @@ class Trainer:
             "train_mean_return": sum(trains) / len(trains) if trains else None,
             "eval_mean_return": sum(evals) / len(evals) if evals else None,
             "wall_s": now - self._started,
+            **self._seconds,
             **self._metrics,
         })
         self._lag_sum = self._lag_count = 0
