@@ -7,15 +7,15 @@ points (``coach_stream.cli``), and in-memory implementations live in
 
 The write path mirrors the read path::
 
-    # rollout worker                              # trainer
-    policy = source.wait_for(0, timeout=60)       reader.seek(state.positions)
-    with writer:                                  while not done:
-        while not source.finished():                  chunks = reader.read(1024, timeout=0.1)
-            chunk = act(env, policy.weights)          learn(chunks)
-            writer.write(chunk)                       if time_to_publish:
-            newer = source.poll()                         blob = serialize(model)
-            if newer is not None:                         announcer.publish(blob, reader.positions())
-                policy = newer
+    # rollout worker                            # trainer
+    policy = source.wait_for(0, timeout=60)     reader.seek(state.positions)
+    with writer:                                while not done:
+        while source.finished is None:              chunks = reader.read(1024, timeout=0.1)
+            chunk = act(env, policy.state_dict)     learn(chunks)
+            writer.write(chunk)                     if time_to_publish:
+            newer = source.poll()                       blob = policy_to_bytes(model)
+            if newer is not None:                       announcer.publish_policy(blob, ...)
+                policy = newer                          save_state(reader.positions(), ...)
 
 and a checkpoint store sits between the announcer and the policy source::
 
