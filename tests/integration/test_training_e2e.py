@@ -109,7 +109,10 @@ def wait_for(
         assert time.monotonic() < deadline, f"{condition} never happened\n" + explain(
             orchestrator, run_id
         )
-        assert progress.finished is None, f"the run ended before {condition}"
+        assert progress.finished is None, (
+            f"the run ended before {condition}: {progress.finished}\n"
+            + explain(orchestrator, run_id)
+        )
         for task, line in follower.poll():
             progress.feed(task, line)
         time.sleep(0.2)
