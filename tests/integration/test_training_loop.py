@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 import torch
@@ -129,7 +130,7 @@ def kafka_run(kafka_bootstrap: str, gcs_endpoint: str, gcs_bucket: str) -> Itera
             worker.envs.close()
 
 
-def test_ppo_sync_versions_flow_and_a_killed_trainer_resumes(kafka_run) -> None:
+def test_ppo_sync_versions_flow_and_a_killed_trainer_resumes(kafka_run: Any) -> None:
     run = kafka_run(load_preset("cartpole-ppo"))
     assert run.trainer.start() is None
     for worker in run.rollouts:
@@ -160,7 +161,7 @@ def test_ppo_sync_versions_flow_and_a_killed_trainer_resumes(kafka_run) -> None:
     assert run.trainer.dropped_stale == 0
 
 
-def test_dqn_restart_refills_the_replay_buffer_from_the_log(kafka_run) -> None:
+def test_dqn_restart_refills_the_replay_buffer_from_the_log(kafka_run: Any) -> None:
     preset = load_preset("cartpole-dqn", ["network.hidden_sizes=[32]", "dqn.learning_starts=256",
                                           "dqn.publish_every=8", "trainer.checkpoint_every=1"])
     run = kafka_run(preset, workers=1)

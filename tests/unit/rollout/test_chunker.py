@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 
@@ -9,13 +10,14 @@ from coach_stream.policies.actors import Action
 from coach_stream.rollout.chunker import Chunker
 
 
-def _run(steps: int, chunk_steps: int, num_envs: int = 3):
+def _run(steps: int, chunk_steps: int, num_envs: int = 3) -> tuple[list[Any], list[Any], int]:
     envs = make_vector_env("CartPole-v1", num_envs)
-    obs, _ = envs.reset(seed=env_seeds(7, 0, num_envs, SeedRole.ROLLOUT))
+    obs, _ = envs.reset(seed=env_seeds(7, 0, num_envs, SeedRole.ROLLOUT))  # type: ignore[arg-type]
     chunker = Chunker("r", 0, num_envs, chunk_steps, (4,), np.dtype(np.float32), behaviour=True)
     chunker.start(obs, version=3)
     rng = np.random.default_rng(0)
-    chunks, trace = [], []
+    chunks: list[Any] = []
+    trace: list[Any] = []
     for _ in range(steps):
         actions = rng.integers(0, 2, num_envs)
         action = Action(actions, np.full(num_envs, -0.5, np.float32), np.ones(num_envs, np.float32))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -10,7 +12,7 @@ from coach_stream.trainer.dqn import DQN
 
 
 @pytest.mark.slow
-def test_ppo_sync_solves_cartpole(in_process_run) -> None:
+def test_ppo_sync_solves_cartpole(in_process_run: Any) -> None:
     run = in_process_run(load_preset("cartpole-ppo"), workers=2)
     run.start()
     finished = run.run(max_steps=120)
@@ -21,7 +23,7 @@ def test_ppo_sync_solves_cartpole(in_process_run) -> None:
 
 
 @pytest.mark.slow
-def test_dqn_async_learns_cartpole(in_process_run) -> None:
+def test_dqn_async_learns_cartpole(in_process_run: Any) -> None:
     preset = load_preset("cartpole-dqn", ["network.hidden_sizes=[64, 64]",
                                           "dqn.learning_starts=500"])
     run = in_process_run(preset, workers=2)
@@ -32,7 +34,7 @@ def test_dqn_async_learns_cartpole(in_process_run) -> None:
                                        "target_reached")
 
 
-def test_sync_run_goes_on_when_a_worker_stops(in_process_run) -> None:
+def test_sync_run_goes_on_when_a_worker_stops(in_process_run: Any) -> None:
     run = in_process_run(load_preset("cartpole-ppo", ["env_step_budget=6000"]), workers=2,
                          evaluator=False)
     run.start()
@@ -44,7 +46,7 @@ def test_sync_run_goes_on_when_a_worker_stops(in_process_run) -> None:
     assert alive[0].extra_shares >= 5  # it acted again with v instead of waiting forever
 
 
-def test_sync_drops_and_counts_stale_chunks(in_process_run) -> None:
+def test_sync_drops_and_counts_stale_chunks(in_process_run: Any) -> None:
     run = in_process_run(load_preset("cartpole-ppo"), workers=2, evaluator=False)
     run.start()
     run.rollouts[0].act_share()
@@ -61,7 +63,7 @@ def test_sync_drops_and_counts_stale_chunks(in_process_run) -> None:
     assert run.trainer.learner.ready() is False
 
 
-def test_trainer_restart_resumes_from_stored_positions(in_process_run) -> None:
+def test_trainer_restart_resumes_from_stored_positions(in_process_run: Any) -> None:
     preset = load_preset("cartpole-dqn", ["network.hidden_sizes=[32]", "dqn.learning_starts=300",
                                           "dqn.publish_every=16", "trainer.checkpoint_every=1"])
     run = in_process_run(preset, workers=1, evaluator=False)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from coach_stream.config import load_preset
@@ -10,7 +12,7 @@ from coach_stream.errors import ServiceUnavailableError
 from coach_stream.testing.memory_control import MemoryControlPublisher
 
 
-def test_worker_and_evaluator_exit_cleanly_on_run_finished(in_process_run) -> None:
+def test_worker_and_evaluator_exit_cleanly_on_run_finished(in_process_run: Any) -> None:
     run = in_process_run(load_preset("cartpole-ppo"), workers=1)
     run.start()
     run.step()
@@ -25,7 +27,7 @@ def test_worker_and_evaluator_exit_cleanly_on_run_finished(in_process_run) -> No
     assert run.trainer_events.of("finished")[0]["reason"] == "stopped"
 
 
-def test_evaluator_reports_greedy_returns_on_the_control_topic(in_process_run) -> None:
+def test_evaluator_reports_greedy_returns_on_the_control_topic(in_process_run: Any) -> None:
     run = in_process_run(load_preset("cartpole-ppo", ["eval_episodes=5"]), workers=1)
     run.start()  # evaluates version 0 once
     reports = [m for m in run.control.messages if isinstance(m, EvaluationReport)]
@@ -35,13 +37,13 @@ def test_evaluator_reports_greedy_returns_on_the_control_topic(in_process_run) -
     assert run.eval_events.of("evaluation")[0]["episodes"] == 5
 
 
-def test_worker_without_a_trainer_fails_with_a_clear_error(in_process_run) -> None:
+def test_worker_without_a_trainer_fails_with_a_clear_error(in_process_run: Any) -> None:
     run = in_process_run(load_preset("cartpole-ppo"), workers=1, evaluator=False)
     with pytest.raises(ServiceUnavailableError, match="start the trainer"):
         run.rollouts[0].start()  # nothing announced: bounded wait, then one clear error
 
 
-def test_async_pacing_bounds_a_workers_lead(in_process_run) -> None:
+def test_async_pacing_bounds_a_workers_lead(in_process_run: Any) -> None:
     preset = load_preset("cartpole-dqn", ["rollout.async_max_lead_steps=128",
                                           "dqn.learning_starts=100000"])
     run = in_process_run(preset, workers=1, evaluator=False)
