@@ -60,6 +60,7 @@ class TrainerSettings:
     keep_policies: int = 5
     log_every_s: float = 1.0
     control_catchup_s: float = 2.0
+    control_poll_s: float = 0.05  # how often the control topic is checked for evaluations
     refill: bool = False  # re-read the log behind the stored positions on resume (DQN)
 
 
@@ -132,7 +133,7 @@ class Trainer:
     def iterate(self) -> RunFinished | None:
         """Read, learn, publish, check for the end: one pass, at most ``read_timeout_s`` idle."""
         now = self.clock()
-        if now - self._last_control >= 0.05:
+        if now - self._last_control >= self.settings.control_poll_s:
             self._absorb(self.control.poll(0.0))
             self._last_control = now
         if self.finished is not None:

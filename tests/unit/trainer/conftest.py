@@ -6,7 +6,7 @@ iterate until it has nothing left to read, and the evaluator evaluate a newer ve
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 import torch
@@ -69,7 +69,8 @@ class InProcessRun:
         envs = make_vector_env(self.preset.env_id, 1)
         shape = env_shape(envs)
         envs.close()
-        settings = trainer_settings(self.preset, self.run_id)
+        # check the control topic on every iteration: the test decides when things happen
+        settings = replace(trainer_settings(self.preset, self.run_id), control_poll_s=0.0)
         return Trainer(
             build_learner(self.preset, shape, self.workers, generator),
             MemoryExperienceReader(self.log),
