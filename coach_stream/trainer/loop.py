@@ -111,6 +111,7 @@ class Trainer:
         """Resume from the newest trainer state, or announce version 0; None unless finished."""
         newest = self._absorb(self.control.read_to_end(self.settings.control_catchup_s))
         if self.finished is not None:  # restarted after the run ended: nothing to do
+            self.last_policy = newest
             self._report_finished(self.finished)
             return self.finished
         self.announcer = Announcer(
@@ -237,7 +238,8 @@ class Trainer:
         self.env_steps = state.env_steps
         self.dropped_stale = state.counters.get("dropped_stale", 0)
         self.dropped_stale_steps = state.counters.get("dropped_stale_steps", 0)
-        self._eval_returns.extend(state.eval_returns)
+        if not self._eval_returns:  # the control topic, when readable, is the full record
+            self._eval_returns.extend(state.eval_returns)
         self.resumed_from = state.version
         if self.settings.refill:
             self._refill(state.positions)
