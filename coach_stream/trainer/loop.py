@@ -94,6 +94,7 @@ class Trainer:
         self._train_returns: deque[float] = deque(maxlen=100)
         self._lag_sum = self._lag_count = 0
         self._metrics: dict[str, float] = {}
+        self._after_refill: list[ExperienceChunk] = []  # read past the stored positions
         self._seconds = {"read_s": 0.0, "learn_s": 0.0, "publish_s": 0.0}  # where time goes
         self._last_log = (clock(), 0, 0)
         self._last_control = 0.0
@@ -129,6 +130,8 @@ class Trainer:
             self._publish(save_state=False)
         self.events("resumed", {"from_version": state.version, "version": self.version,
                                 "env_steps": self.env_steps, "positions": state.positions})
+        self._consume(self._after_refill)
+        self._after_refill = []
         return None
 
     def iterate(self) -> RunFinished | None:
@@ -242,23 +245,35 @@ class Trainer:
             self._eval_returns.extend(state.eval_returns)
         self.resumed_from = state.version
         if self.settings.refill:
-            self._refill(state.positions)
-        self.reader.seek(state.positions)
+            self._refill(state.positions)  # leaves the reader at (or just past) the positions
+        else:
+            self.reader.seek(state.positions)
 
     def _refill(self, target: dict[int, int]) -> None:
-        """Re-read the log up to ``target`` into the replay buffer (the log is the replay)."""
+        """Re-read the log up to ``target`` into the replay buffer (the log is the replay).
+
+        One record per read, so each chunk is attributed to the partition whose position
+        moved: chunks before ``target`` only refill the buffer, chunks past it are new
+        experience and are consumed (counted) normally once the trainer is running.
+        """
         self.reader.seek(dict.fromkeys(target, 0))
-        refilled, idle_since = 0, self.clock()
-        while any(self.reader.positions().get(p, 0) < off for p, off in target.items()):
-            chunks = self.reader.read(self.settings.read_batch, 0.5)
-            if chunks:
-                self.learner.refill(chunks)
-                refilled += len(chunks)
+        before, refilled, idle_since = self.reader.positions(), 0, self.clock()
+        while any(before.get(p, 0) < offset for p, offset in target.items()):
+            chunks = self.reader.read(1, 0.5)
+            after = self.reader.positions()
+            moved = [p for p in after if after[p] != before.get(p)]
+            if moved:
                 idle_since = self.clock()
             elif self.clock() - idle_since > 30.0:
                 log.warning("replay refill stopped short of %s (log truncated?)", target)
                 break
-        self.events("refilled", {"chunks": refilled, "positions": dict(self.reader.positions())})
+            if chunks and moved and after[moved[0]] <= target.get(moved[0], 0):
+                self.learner.refill(chunks)
+                refilled += len(chunks)
+            else:
+                self._after_refill.extend(chunks)
+            before = after
+        self.events("refilled", {"chunks": refilled, "positions": dict(before)})
 
     def _prune_states(self) -> None:
         try:

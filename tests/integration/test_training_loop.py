@@ -156,9 +156,11 @@ def test_ppo_sync_versions_flow_and_a_killed_trainer_resumes(kafka_run: Any) -> 
     assert run.trainer.env_steps == stored_steps
     assert run.trainer.reader.positions() == {int(p): o for p, o in
                                               resumed["positions"].items()}
-    run.advance(versions=2)  # the shares acted meanwhile fill the quota of the same version
+    run.advance(versions=2)  # the shares acted meanwhile count for the same version
     assert run.trainer.version == stored_version + 2
-    assert run.trainer.dropped_stale == 0
+    # at most the surplus shares of version v (acted during the outage) arrive too late
+    share = run.preset.ppo_config.num_steps * run.preset.rollout.num_envs
+    assert run.trainer.dropped_stale_steps <= 2 * share
 
 
 def test_dqn_restart_refills_the_replay_buffer_from_the_log(kafka_run: Any) -> None:
