@@ -58,16 +58,17 @@ class RunOutcome:
         return str(uri) if uri is not None else None
 
 
-def prepare_topics(settings: LaunchSettings) -> None:
+def prepare_topics(settings: LaunchSettings, broker_timeout_s: float = 10.0) -> None:
     """Create the run's topics (idempotent; the trainer would too) before any task starts.
 
     Doing it here turns an unreachable broker into one clear error at launch instead of
     N crash-looping processes.
     """
-    from coach_stream.transport.admin import ensure_run_topics
+    from coach_stream.transport.admin import check_broker, ensure_run_topics
     from coach_stream.transport.settings import KafkaSettings, RunTopics
 
     kafka = KafkaSettings(bootstrap_servers=settings.kafka_bootstrap)
+    check_broker(kafka, timeout=broker_timeout_s)
     ensure_run_topics(kafka, RunTopics.for_run(settings.run_id), settings.workers)
 
 
