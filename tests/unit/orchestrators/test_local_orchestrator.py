@@ -8,6 +8,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -183,3 +184,37 @@ def test_a_run_id_is_used_once(orchestrator: LocalOrchestrator) -> None:
 def test_an_unknown_run_is_one_clear_error(orchestrator: LocalOrchestrator) -> None:
     with pytest.raises(OrchestratorError, match="No run 'nope'"):
         orchestrator.status("nope")
+
+
+def test_a_killed_trainer_is_restarted_and_the_run_goes_on(
+    orchestrator: LocalOrchestrator, tmp_path: Path
+) -> None:
+    release = tmp_path / "release"
+    code = (
+        "import pathlib, sys, time\n"
+        "while not pathlib.Path(sys.argv[1]).exists(): time.sleep(0.02)\n"
+    )
+    trainer = TaskSpec("trainer", "trainer", (sys.executable, "-c", code, str(release)))
+    worker = task("w", "import time; time.sleep(120)")
+    orchestrator.submit(RunSpec("r9", (trainer, worker)))
+    first = orchestrator.status("r9")[0]
+    assert first.pid is not None
+
+    os.kill(first.pid, signal.SIGKILL)
+    wait_until(lambda: orchestrator.status("r9")[0].restarts == 1)
+    wait_until(lambda: orchestrator.status("r9")[0].state is TaskState.RUNNING)
+    assert orchestrator.status("r9")[0].pid != first.pid
+    assert orchestrator.record("r9").state is RunState.RUNNING
+    release.touch()
+
+    assert orchestrator.wait("r9", timeout=20) is RunState.COMPLETE
+    assert [s.state for s in orchestrator.status("r9")] == [TaskState.COMPLETE, TaskState.STOPPED]
+    assert any("exited with code -9" in line for line in orchestrator.logs("r9", "trainer"))
+
+
+def test_tasks_that_exit_on_their_own_after_the_trainer_are_complete(tmp_path: Path) -> None:
+    orchestrator = LocalOrchestrator(tmp_path / "state", config=replace(FAST, linger_s=10.0))
+    trainer = task("trainer", "pass", group="trainer")
+    orchestrator.submit(RunSpec("r10", (trainer, task("w", "import time; time.sleep(0.2)"))))
+    assert orchestrator.wait("r10", timeout=20) is RunState.COMPLETE
+    assert {s.state for s in orchestrator.status("r10")} == {TaskState.COMPLETE}
