@@ -158,11 +158,13 @@ class LocalOrchestrator:
         return replace(record, tasks=tasks, state=RunState.FAILED)
 
     def wait(self, run_id: str, timeout: float) -> RunState:
-        """Block until the run has ended; raise ``TimeoutError`` after ``timeout`` seconds."""
+        """Block until the run has ended and its supervisor has exited; ``TimeoutError`` after
+        ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         while True:
-            state = self.record(run_id).state
-            if state.terminal:
+            record = self.record(run_id)
+            state = record.state
+            if state.terminal and (record.supervisor is None or not record.supervisor.is_alive()):
                 return state
             if time.monotonic() > deadline:
                 raise TimeoutError(f"run {run_id} still {state} after {timeout:.0f} s")
