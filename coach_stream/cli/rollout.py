@@ -83,8 +83,13 @@ def rollout(
     store = open_store(checkpoint_url(checkpoints), gcs_emulator_host=gcs_emulator)
     task = "evaluator" if evaluator else f"rollout-{worker_id}"
     events = JsonLines(sys.stdout, task)
-    with store, KafkaControlSubscriber(settings, topics) as control:
-        source = CheckpointPolicySource(control, store, run_id=run_id)
+    # ASYNC workers fetch new weights on a background thread: poll() never stalls the envs.
+    background = config.mode is Mode.ASYNC and not evaluator
+    with (
+        store,
+        KafkaControlSubscriber(settings, topics) as control,
+        CheckpointPolicySource(control, store, run_id=run_id, background=background) as source,
+    ):
         if evaluator:
             with KafkaControlPublisher(settings, topics) as publisher:
                 finished = Evaluator(envs, actor, source, publisher, run_id, seeds, events,
