@@ -1,0 +1,27 @@
+"""Every built-in preset builds its env, networks and learner, and completes one version."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from coach_stream.config import builtin_presets, load_preset
+
+
+@pytest.mark.parametrize("name", builtin_presets())
+def test_preset_runs_one_version(in_process_run: Any, name: str) -> None:
+    small = ["eval_episodes=2", "rollout.num_envs=2"]
+    if load_preset(name).algorithm == "ppo":
+        small += ["ppo.num_steps=16"]
+    else:
+        small += ["dqn.learning_starts=64", "dqn.publish_every=4", "dqn.batch_size=16"]
+    run = in_process_run(load_preset(name, small), workers=1)
+    run.start()
+    for _ in range(20):
+        if run.trainer.version >= 1:
+            break
+        assert run.step() is None
+    assert run.trainer.version >= 1
+    assert run.trainer.env_steps > 0
+    assert run.eval is not None and run.eval_events.of("evaluation")
