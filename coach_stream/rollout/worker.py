@@ -4,9 +4,10 @@ The loop receives its parts (``RolloutWorker(envs, actor, writer, policy_source,
 and never knows that Kafka or GCS exist. Synchronization follows the run's mode:
 
 - SYNC (on-policy): act ``share_steps`` steps per env with version v, cut the open chunks,
-  then wait for v+1. If v+1 does not come within ``sync_wait_s`` (another worker died and
-  the trainer's quota is short), act another share with v instead of waiting forever: the
-  run never blocks on one worker, and the trainer drops whatever arrives too late.
+  then wait for v+1. If v+1 does not come in time (another worker died and the trainer's
+  quota is short), act another share with v instead of waiting forever: the run never
+  blocks on one worker, and the trainer drops whatever arrives too late. "In time" is a
+  few times the usual wait (learned as the run goes), never more than ``sync_wait_s``.
 - ASYNC (off-policy): never wait; between shares (``chunk_steps`` steps per env), take a
   newer version if the policy source has one. Optional pacing (``max_lead_steps``): a
   worker that has acted that many steps with one version waits up to ``sync_wait_s`` for
@@ -102,6 +103,7 @@ class RolloutWorker:
         self.rejected_versions = 0
         self.paced_waits = 0  # ASYNC: times the worker waited because it was too far ahead
         self._steps_at_version = 0
+        self._typical_wait: float | None = None  # SYNC: smoothed seconds from share end to v+1
         self._recent_returns: deque[float] = deque(maxlen=100)
         self._last_log = (clock(), 0)
 
@@ -142,13 +144,17 @@ class RolloutWorker:
         """Take a newer policy: SYNC waits up to ``timeout`` for v+1, ASYNC only polls."""
         try:
             if self.settings.mode is Mode.SYNC:
+                started = self.clock()
                 try:
                     newer: LoadedPolicy | None = self.source.wait_for(
-                        self.actor.version + 1, timeout=timeout
+                        self.actor.version + 1, timeout=min(timeout, self._sync_timeout())
                     )
                 except TimeoutError:
                     self.extra_shares += 1
                     return False
+                waited = self.clock() - started
+                ema = self._typical_wait
+                self._typical_wait = waited if ema is None else 0.8 * ema + 0.2 * waited
             else:
                 newer = self.source.poll()
                 lead = self.env_steps - self._steps_at_version
@@ -175,6 +181,17 @@ class RolloutWorker:
         return True
 
     # ------------------------------------------------------------------ helpers
+
+    def _sync_timeout(self) -> float:
+        """How long to wait for v+1: a few times the usual wait, at most ``sync_wait_s``.
+
+        With every worker alive v+1 follows the end of a share after about one trainer
+        update; when it takes several times longer, a worker is missing from the quota, and
+        acting another share now beats idling for the full ``sync_wait_s`` every version.
+        """
+        if self._typical_wait is None:
+            return self.settings.sync_wait_s
+        return min(self.settings.sync_wait_s, max(0.05, 4.0 * self._typical_wait))
 
     def _write(self, chunks: list[ExperienceChunk]) -> None:
         for chunk in chunks:
