@@ -49,6 +49,7 @@ from coach_stream.orchestrators import (
     LocalOrchestrator,
     SupervisorConfig,
     build_run_spec,
+    warm_supervisor,
 )
 from coach_stream.orchestrators.launcher import follow, prepare_topics
 from coach_stream.policies.actors import build_actor
@@ -81,7 +82,7 @@ def solve_ours(
 ) -> tuple[float | None, int | None]:
     """Launch a real run and follow it; (wall seconds, env steps) to target, or Nones."""
     run_id = f"bench-{preset_name}-{uuid.uuid4().hex[:8]}"
-    orchestrator = LocalOrchestrator(state, config=SupervisorConfig(linger_s=5.0))
+    orchestrator = LocalOrchestrator(state, config=warm_supervisor(SupervisorConfig(linger_s=5.0)))
     started_epoch = time.time()
     settings = LaunchSettings(
         preset=preset_name, run_id=run_id, workers=workers, kafka_bootstrap=kafka,

@@ -23,7 +23,13 @@ from rich.text import Text
 
 from coach_stream.config import Preset, load_preset
 from coach_stream.errors import OrchestratorError
-from coach_stream.orchestrators import LaunchSettings, LocalOrchestrator, build_run_spec, new_run_id
+from coach_stream.orchestrators import (
+    LaunchSettings,
+    LocalOrchestrator,
+    build_run_spec,
+    new_run_id,
+    warm_supervisor,
+)
 from coach_stream.orchestrators.launcher import (
     RunOutcome,
     UpdateCallback,
@@ -55,7 +61,7 @@ OverridesOption = typer.Option([], "--set", help="Preset override key=value (rep
 
 
 def _orchestrator(state_dir: Path) -> LocalOrchestrator:
-    return LocalOrchestrator(state_dir)
+    return LocalOrchestrator(state_dir, config=warm_supervisor())
 
 
 def _fmt(value: float | None, digits: int = 0) -> str:

@@ -1,7 +1,12 @@
 """Orchestrators: who starts a run's processes (local subprocesses today, Nomad later)."""
 
 from coach_stream.orchestrators.local import LocalOrchestrator
-from coach_stream.orchestrators.spec import LaunchSettings, build_run_spec, new_run_id
+from coach_stream.orchestrators.spec import (
+    LaunchSettings,
+    build_run_spec,
+    new_run_id,
+    warm_supervisor,
+)
 from coach_stream.orchestrators.state import RunState, SupervisorConfig
 
 __all__ = [
@@ -11,4 +16,5 @@ __all__ = [
     "SupervisorConfig",
     "build_run_spec",
     "new_run_id",
+    "warm_supervisor",
 ]

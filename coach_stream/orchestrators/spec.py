@@ -12,12 +12,15 @@ import sys
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from coach_stream.core import RunSpec, TaskSpec
 from coach_stream.errors import ConfigError
-from coach_stream.orchestrators.state import check_run_id
+from coach_stream.orchestrators.state import SupervisorConfig, check_run_id
+
+CLI_MODULE = "coach_stream.cli.main"
+"""Every task runs ``<python> -m coach_stream.cli.main <command>``."""
 
 # Rollout workers run a small network on a batch of a few observations: one thread each
 # is fastest, and N workers each spawning one thread per core only fight over the cores.
@@ -94,7 +97,7 @@ def _common(settings: LaunchSettings) -> list[str]:
 
 def build_run_spec(settings: LaunchSettings) -> RunSpec:
     """The trainer (primary task), ``workers`` rollout workers and the evaluator."""
-    cli = [settings.python, "-m", "coach_stream.cli.main"]
+    cli = [settings.python, "-m", CLI_MODULE]
     common = _common(settings)
     worker_env = {**_WORKER_ENV, **settings.extra_env}
     tasks = [
@@ -127,3 +130,9 @@ def build_run_spec(settings: LaunchSettings) -> RunSpec:
             )
         )
     return RunSpec(run_id=settings.run_id, tasks=tuple(tasks))
+
+
+def warm_supervisor(config: SupervisorConfig | None = None) -> SupervisorConfig:
+    """``config`` (default: the defaults) with the CLI preloaded, so tasks start as warm forks."""
+    base = config or SupervisorConfig()
+    return replace(base, preload=tuple(dict.fromkeys((*base.preload, CLI_MODULE))))

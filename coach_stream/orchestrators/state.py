@@ -67,6 +67,9 @@ class SupervisorConfig:
     """The run ends with this group's task: a run is done when its trainer is."""
     linger_s: float = 15.0
     """After the primary completes, how long the others get to exit on their own."""
+    preload: tuple[str, ...] = ()
+    """Modules the supervisor imports once; ``<python> -m <one of them>`` tasks are then
+    forked from it, warm, instead of each importing torch & co. (see ``zygote``)."""
 
     def backoff(self, consecutive_failures: int) -> float:
         exponent = max(0, consecutive_failures - 1)
@@ -149,7 +152,9 @@ class RunRecord:
         return cls(
             run_id=data["run_id"],
             tasks=tasks,
-            config=SupervisorConfig(**data["config"]),
+            config=SupervisorConfig(
+                **{**data["config"], "preload": tuple(data["config"].get("preload", ()))}
+            ),
             state=RunState(data["state"]),
             supervisor=ProcessRecord.from_json(supervisor) if supervisor else None,
             created_at_ms=int(data["created_at_ms"]),

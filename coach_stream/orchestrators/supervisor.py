@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import os
 import signal
 import subprocess
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
+from typing import BinaryIO, Protocol
 
 from coach_stream.core import TaskState
 from coach_stream.errors import OrchestratorError
@@ -37,14 +39,21 @@ from coach_stream.orchestrators.state import (
     RunState,
     TaskRecord,
 )
+from coach_stream.orchestrators.zygote import fork_module, forkable_module
+
+
+class _Child(Protocol):
+    pid: int
+
+    def poll(self) -> int | None: ...
 
 
 @dataclass
 class _Live:
-    """What the supervisor knows about a task beyond run.json: its Popen and timers."""
+    """What the supervisor knows about a task beyond run.json: its process and timers."""
 
     record: TaskRecord
-    process: subprocess.Popen[bytes] | None = None
+    process: _Child | None = None
     started_at: float = 0.0
     consecutive_failures: int = 0
     restart_at: float | None = None
@@ -58,6 +67,7 @@ class Supervisor:
         self._record: RunRecord | None = None
         self._tasks: list[_Live] = []
         self._linger_until: float | None = None
+        self._preloaded: list[str] = []
 
     @property
     def record(self) -> RunRecord:
@@ -78,6 +88,13 @@ class Supervisor:
         me = os.getpid()
         record.supervisor = ProcessRecord(me, process_start_time(me) or 0)
         self._record = record
+        for module in record.config.preload:
+            try:
+                importlib.import_module(module)
+            except Exception as error:  # a cold start still works: spawn instead of fork
+                print(f"preload of {module} failed ({error!r}); tasks start cold", flush=True)
+            else:
+                self._preloaded.append(module)
         self._tasks = [_Live(task) for task in record.tasks]
         for live in self._tasks:
             self._spawn(live)
@@ -146,15 +163,7 @@ class Supervisor:
             )
             log.flush()
             try:
-                process = subprocess.Popen(
-                    list(spec.argv),
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    env=env,
-                    close_fds=True,
-                )
+                process = self._start(spec.argv, env, log, log_path)
             except OSError as error:
                 log.write(f"# coach-stream: cannot start {spec.argv[0]!r}: {error}\n".encode())
                 live.record.state, live.process = TaskState.FAILED, None
@@ -165,6 +174,23 @@ class Supervisor:
         live.record.process = ProcessRecord(process.pid, process_start_time(process.pid) or 0)
         live.record.state = TaskState.RUNNING
         live.record.exit_code = None
+
+    def _start(
+        self, argv: tuple[str, ...], env: dict[str, str], log: BinaryIO, log_path: Path
+    ) -> _Child:
+        """Fork a warm ``python -m <preloaded>`` task, or spawn any other command."""
+        module = forkable_module(argv, self._preloaded)
+        if module is not None:
+            return fork_module(module, argv[3:], env, log_path)
+        return subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+            close_fds=True,
+        )
 
     def _check_exit(self, live: _Live, now: float) -> bool:
         if live.process is None or live.record.state is not TaskState.RUNNING:

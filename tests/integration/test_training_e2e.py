@@ -30,6 +30,7 @@ from coach_stream.orchestrators import (
     RunState,
     SupervisorConfig,
     build_run_spec,
+    warm_supervisor,
 )
 from coach_stream.orchestrators.launcher import RunOutcome, follow, prepare_topics
 from coach_stream.orchestrators.progress import (
@@ -42,7 +43,10 @@ from coach_stream.orchestrators.progress import (
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 RUN_TIMEOUT_S = 900.0  # generous: CI machines are small and shared
-SUPERVISION = SupervisorConfig(initial_backoff_s=0.5, stop_grace_s=10.0, linger_s=10.0)
+# As `coach-stream launch` runs them: tasks forked warm from the supervisor.
+SUPERVISION = warm_supervisor(
+    SupervisorConfig(initial_backoff_s=0.5, stop_grace_s=10.0, linger_s=10.0)
+)
 
 
 @pytest.fixture
