@@ -8,6 +8,7 @@ which create-only checkpoint writes depend on.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -22,6 +23,9 @@ from coach_stream.stack.processes import ProcessRecord
 
 FAKE_GCS_MODULE = "github.com/fsouza/fake-gcs-server"
 FAKE_GCS_VERSION = "v1.55.0"
+DEFAULT_BUCKET = "coach-stream"
+"""Created at every start (the emulator keeps buckets in memory), so ``gs://coach-stream/...``
+checkpoints work on the local stack with no setup."""
 
 
 def binary_path(bin_dir: Path) -> Path:
@@ -91,6 +95,26 @@ def is_healthy(url: str, timeout: float = 2.0) -> bool:
             return bool(response.status == 200)
     except (urllib.error.URLError, OSError):
         return False
+
+
+def create_bucket(url: str, name: str = DEFAULT_BUCKET) -> None:
+    """Create ``name`` on the emulator; an existing bucket is fine."""
+    request = urllib.request.Request(
+        f"{url}/storage/v1/b?project=coach-stream",
+        data=json.dumps({"name": name}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5.0):
+            return
+    except urllib.error.HTTPError as error:
+        if error.code == 409:  # already there
+            return
+        raise ServiceUnavailableError(
+            f"fake-gcs-server at {url} refused to create bucket {name!r} ({error.code}); "
+            f"restart the stack with `coach-stream stack down && coach-stream stack up`."
+        ) from error
 
 
 def wait_ready(record: ProcessRecord, url: str, log: Path, timeout: float = 30.0) -> None:

@@ -150,6 +150,7 @@ class LocalStack:
         record = gcs.start(binary, port, self.gcs_log)
         try:
             gcs.wait_ready(record, gcs.endpoint(port), self.gcs_log)
+            gcs.create_bucket(gcs.endpoint(port))
         except ServiceUnavailableError:
             processes.stop(record)
             raise

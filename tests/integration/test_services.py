@@ -159,3 +159,13 @@ def test_gcs_create_only_upload_list_and_download(gcs_client: storage.Client, un
     names = [b.name for b in gcs_client.list_blobs(bucket, prefix="runs/r1/policies/")]
     assert names == ["runs/r1/policies/00000001.pt"]
     assert bucket.blob("runs/r1/policies/00000001.pt").download_as_bytes() == payload
+
+
+def test_the_stack_emulator_has_the_default_bucket(
+    gcs_endpoint: str, local_stack: LocalStack, gcs_client: storage.Client
+):
+    from coach_stream.stack.gcs import DEFAULT_BUCKET
+
+    if local_stack.gcs_endpoint() != gcs_endpoint:
+        pytest.skip("the GCS emulator in use is not the local stack's")
+    assert gcs_client.bucket(DEFAULT_BUCKET).exists()
