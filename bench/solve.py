@@ -15,9 +15,11 @@ Figures (one JSON line each, baseline measured in the same run, on the same mach
   shared machine cannot distort.
 
 Solved means the same for both sides: mean return >= 475 over 20 greedy episodes. SB3 is
-evaluated every ``--eval-every`` env steps with 20 deterministic episodes, and the time
-spent evaluating is taken off its clock (our evaluator runs as its own process, so its
-cost is inside our figure: a favour to the baseline). An unsolved run within the
+evaluated every ``--eval-every`` env steps (default 256: after every rollout / training
+round, i.e. every time its policy changes, as our evaluator checks every new version)
+with 20 deterministic episodes, and the time spent evaluating is taken off its clock
+(our evaluator runs as its own process, so its cost is inside our figure: a favour to
+the baseline). An unsolved run within the
 preset's budget prints ``null``.
 
 Usage (stack up): ``KAFKA_BOOTSTRAP_SERVERS=host:port python bench/solve.py [--quick]``.
@@ -273,7 +275,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="Only the rollout overhead (< 60 s).")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--eval-every", type=int, default=1024, help="SB3 eval period (steps).")
+    parser.add_argument(
+        "--eval-every", type=int, default=256, help="SB3 eval period in env steps (one round)."
+    )
     parser.add_argument("--algorithms", default="ppo,dqn")
     args = parser.parse_args()
     kafka = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
