@@ -80,7 +80,7 @@ def emit(metric: str, value: float | None, unit: str, baseline: str, base: float
 
 
 def solve_ours(
-    preset_name: str, kafka: str, workers: int, state: Path
+    preset_name: str, kafka: str, workers: int, state: Path, seed: int = 1
 ) -> tuple[float | None, int | None]:
     """Launch a real run and follow it; (wall seconds, env steps) to target, or Nones."""
     run_id = f"bench-{preset_name}-{uuid.uuid4().hex[:8]}"
@@ -88,7 +88,7 @@ def solve_ours(
     started_epoch = time.time()
     settings = LaunchSettings(
         preset=preset_name, run_id=run_id, workers=workers, kafka_bootstrap=kafka,
-        checkpoints=(state / "checkpoints").as_uri(),
+        checkpoints=(state / "checkpoints").as_uri(), seed=seed,
     )  # fmt: skip
     prepare_topics(settings)
     orchestrator.submit(build_run_spec(settings))
@@ -279,6 +279,7 @@ def main() -> int:
         "--eval-every", type=int, default=256, help="SB3 eval period in env steps (one round)."
     )
     parser.add_argument("--algorithms", default="ppo,dqn")
+    parser.add_argument("--repeats", type=int, default=3, help="Runs per side (median).")
     args = parser.parse_args()
     kafka = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if not kafka:
@@ -299,15 +300,32 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-solve-") as tmp:
         for algorithm in args.algorithms.split(","):
             preset = load_preset(f"cartpole-{algorithm}")
-            ours_wall, ours_steps = solve_ours(preset.name, kafka, args.workers, Path(tmp))
-            torch.set_num_threads(os.cpu_count() or 1)  # SB3 gets every core: its default
-            sb3_wall, sb3_steps = solve_sb3(algorithm, preset.env_step_budget, args.eval_every)
-            torch.set_num_threads(1)
+            ours: list[tuple[float | None, int | None]] = []
+            sb3: list[tuple[float | None, int | None]] = []
+            for repeat in range(args.repeats):  # alternate, so load drift hits both alike
+                ours.append(
+                    solve_ours(preset.name, kafka, args.workers, Path(tmp), seed=1 + repeat)
+                )
+                torch.set_num_threads(os.cpu_count() or 1)  # SB3 gets every core: its default
+                sb3.append(
+                    solve_sb3(algorithm, preset.env_step_budget, args.eval_every, seed=1 + repeat)
+                )
+                torch.set_num_threads(1)
+                print(f"# {algorithm} repeat {repeat}: ours {ours[-1]} sb3 {sb3[-1]}",
+                      file=sys.stderr)  # fmt: skip
             baseline = f"sb3_{algorithm}_rlzoo_1proc"
-            emit(f"cartpole_{algorithm}_wall_s_to_475", ours_wall, "s", baseline, sb3_wall)
-            emit(f"cartpole_{algorithm}_env_steps_to_475", ours_steps, "env_steps", baseline,
-                 sb3_steps)  # fmt: skip
+            emit(f"cartpole_{algorithm}_wall_s_to_475", _median(ours, 0), "s", baseline,
+                 _median(sb3, 0))  # fmt: skip
+            emit(f"cartpole_{algorithm}_env_steps_to_475", _median(ours, 1), "env_steps",
+                 baseline, _median(sb3, 1))  # fmt: skip
     return 0
+
+
+def _median(runs: list[tuple[float | None, int | None]], index: int) -> float | None:
+    """Median over the runs (an unsolved run counts as worse than any solved one)."""
+    values = sorted((float("inf") if r[index] is None else float(r[index] or 0)) for r in runs)
+    middle = values[(len(values) - 1) // 2]
+    return None if middle == float("inf") else middle
 
 
 if __name__ == "__main__":
