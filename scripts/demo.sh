@@ -1,4 +1,8 @@
 #!/usr/bin/env bash
-# The main job until the training loop lands: show the stack is up and healthy.
+# The main job: a real distributed run on the local stack. A trainer, two rollout workers and
+# an evaluator, each its own process, connected only through Kafka and the checkpoint store
+# (GCS API, served by the stack's fake-gcs-server), trained until CartPole-v1 is solved.
 set -euo pipefail
-.venv/bin/coach-stream stack status
+cd "$(dirname "$0")/.."
+exec .venv/bin/coach-stream launch "${PRESET:-cartpole-ppo}" --workers "${WORKERS:-2}" \
+  --checkpoints "gs://coach-stream" "$@"
