@@ -66,8 +66,14 @@ ATARI = Workload("atari", (84, 84, 4), "uint8", 32, 16_000, 4_000)
 class Transition:
     """Coach's ``rl_coach.core_types.Transition`` shape: dict states, scalars, an info dict."""
 
-    def __init__(self, state: dict[str, Any], action: Any, reward: float,
-                 next_state: dict[str, Any], game_over: bool) -> None:
+    def __init__(
+        self,
+        state: dict[str, Any],
+        action: Any,
+        reward: float,
+        next_state: dict[str, Any],
+        game_over: bool,
+    ) -> None:
         self.state = state
         self.action = action
         self.reward = reward
@@ -86,17 +92,29 @@ def make_chunks(w: Workload, count: int, seed: int = 0) -> list[ExperienceChunk]
             obs = rng.integers(0, 256, (t + 1, *w.obs_shape), dtype=np.uint8)
         else:
             obs = rng.standard_normal((t + 1, *w.obs_shape)).astype(w.obs_dtype)
-        templates.append((obs, rng.integers(0, 4, t, dtype=np.int64),
-                          rng.standard_normal(t).astype(np.float32)))
+        templates.append(
+            (obs, rng.integers(0, 4, t, dtype=np.int64), rng.standard_normal(t).astype(np.float32))
+        )
     out = []
     flags = np.zeros(t, dtype=bool)
     for i in range(count):
         obs, actions, rewards = templates[i % 4]
-        out.append(ExperienceChunk(
-            run_id="bench", worker_id=0, env_index=i % 8, chunk_seq=i // 8, policy_version=0,
-            first_step=0, observations=obs, actions=actions, rewards=rewards,
-            terminated=flags, truncated=flags, created_at_ms=0,
-        ))
+        out.append(
+            ExperienceChunk(
+                run_id="bench",
+                worker_id=0,
+                env_index=i % 8,
+                chunk_seq=i // 8,
+                policy_version=0,
+                first_step=0,
+                observations=obs,
+                actions=actions,
+                rewards=rewards,
+                terminated=flags,
+                truncated=flags,
+                created_at_ms=0,
+            )
+        )
     return out
 
 
@@ -106,8 +124,16 @@ def make_transitions(w: Workload, count: int) -> list[Transition]:
         frames = [rng.integers(0, 256, w.obs_shape, dtype=np.uint8) for _ in range(5)]
     else:
         frames = [rng.standard_normal(w.obs_shape).astype(w.obs_dtype) for _ in range(5)]
-    return [Transition({"observation": frames[i % 4]}, int(i % 4), 1.0,
-                       {"observation": frames[(i + 1) % 4]}, False) for i in range(count)]
+    return [
+        Transition(
+            {"observation": frames[i % 4]},
+            int(i % 4),
+            1.0,
+            {"observation": frames[(i + 1) % 4]},
+            False,
+        )
+        for i in range(count)
+    ]
 
 
 # ----------------------------------------------------------------------------- figures
@@ -115,11 +141,20 @@ def make_transitions(w: Workload, count: int) -> list[Transition]:
 
 def line(metric: str, value: float, unit: str, baseline_value: float | None) -> None:
     ratio = None if not baseline_value else round(value / baseline_value, 2)
-    print(json.dumps({
-        "bench": "transport", "metric": metric, "value": round(value, 1), "unit": unit,
-        "baseline": BASELINE, "baseline_value": None if baseline_value is None
-        else round(baseline_value, 1), "ratio": ratio,
-    }), flush=True)
+    print(
+        json.dumps(
+            {
+                "bench": "transport",
+                "metric": metric,
+                "value": round(value, 1),
+                "unit": unit,
+                "baseline": BASELINE,
+                "baseline_value": None if baseline_value is None else round(baseline_value, 1),
+                "ratio": ratio,
+            }
+        ),
+        flush=True,
+    )
 
 
 def codec_figures(w: Workload, seconds: float) -> dict[str, float]:
@@ -147,8 +182,9 @@ def codec_figures(w: Workload, seconds: float) -> dict[str, float]:
 # ------------------------------------------------------------------ Kafka end to end
 
 
-def _kafka_producer(bootstrap: str, topic: str, w: Workload, count: int,
-                    ready: Any, go: Any, result: Any) -> None:
+def _kafka_producer(
+    bootstrap: str, topic: str, w: Workload, count: int, ready: Any, go: Any, result: Any
+) -> None:
     chunks = make_chunks(w, count)
     settings = KafkaSettings(bootstrap_servers=bootstrap)
     with KafkaExperienceWriter(settings, topic) as writer:  # __enter__ creates the client
@@ -158,8 +194,7 @@ def _kafka_producer(bootstrap: str, topic: str, w: Workload, count: int,
         for chunk in chunks:
             writer.write(chunk)
         writer.flush()
-        result.put((start, time.monotonic(), writer.stats.delivered,
-                    writer.stats.delivered_bytes))
+        result.put((start, time.monotonic(), writer.stats.delivered, writer.stats.delivered_bytes))
 
 
 def kafka_e2e(bootstrap: str, w: Workload, transitions: int) -> dict[str, float]:
@@ -169,8 +204,9 @@ def kafka_e2e(bootstrap: str, w: Workload, transitions: int) -> dict[str, float]
     count = max(1, transitions // w.chunk_steps)
     ctx = mp.get_context("spawn")
     ready, go, result = ctx.Event(), ctx.Event(), ctx.Queue()
-    proc = ctx.Process(target=_kafka_producer,
-                       args=(bootstrap, topics.experience, w, count, ready, go, result))
+    proc = ctx.Process(
+        target=_kafka_producer, args=(bootstrap, topics.experience, w, count, ready, go, result)
+    )
     proc.start()
     try:
         with KafkaExperienceReader(settings, topics, f"bench-{uuid.uuid4().hex}") as reader:
@@ -197,10 +233,15 @@ def kafka_e2e(bootstrap: str, w: Workload, transitions: int) -> dict[str, float]
         from confluent_kafka.admin import AdminClient
 
         AdminClient(settings.admin_config()).delete_topics(
-            [topics.experience, topics.control, topics.dead_letter])
+            [topics.experience, topics.control, topics.dead_letter]
+        )
     elapsed = end - min(start, p_start)
-    return {"transitions_per_s": got / elapsed, "bytes_per_s": payload / elapsed,
-            "producer_s": p_end - p_start, "elapsed_s": elapsed}
+    return {
+        "transitions_per_s": got / elapsed,
+        "bytes_per_s": payload / elapsed,
+        "producer_s": p_end - p_start,
+        "elapsed_s": elapsed,
+    }
 
 
 # ------------------------------------------------------------------ Redis baseline
@@ -225,10 +266,26 @@ class RedisServer:
         import redis
 
         self.proc = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", self.dir.name,
-             "--client-output-buffer-limit", "pubsub", "0", "0", "0"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                self.binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self.dir.name,
+                "--client-output-buffer-limit",
+                "pubsub",
+                "0",
+                "0",
+                "0",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         client = redis.Redis(port=self.port)
         deadline = time.monotonic() + 20
@@ -238,8 +295,7 @@ class RedisServer:
                 return self
             except redis.ConnectionError:
                 if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise RuntimeError(
-                        f"redis-server did not start on port {self.port}") from None
+                    raise RuntimeError(f"redis-server did not start on port {self.port}") from None
                 time.sleep(0.05)
 
     def __exit__(self, *exc: object) -> None:
@@ -249,8 +305,7 @@ class RedisServer:
         self.dir.cleanup()
 
 
-def _redis_publisher(port: int, channel: str, w: Workload, count: int,
-                     ready: Any, go: Any) -> None:
+def _redis_publisher(port: int, channel: str, w: Workload, count: int, ready: Any, go: Any) -> None:
     import redis
 
     transitions = make_transitions(w, count)
@@ -283,8 +338,7 @@ def redis_e2e(port: int, w: Workload, transitions: int) -> dict[str, float]:
             message = sub.get_message(timeout=1.0)
             if message is None:  # also returned for the (ignored) subscribe confirmation
                 if time.monotonic() - last > 30:
-                    raise RuntimeError(f"Redis baseline lost messages: {got}/{transitions} "
-                                       "arrived")
+                    raise RuntimeError(f"Redis baseline lost messages: {got}/{transitions} arrived")
                 continue
             last = time.monotonic()
             data = message["data"]
@@ -313,22 +367,35 @@ def main() -> int:
 
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if not bootstrap:
-        print("bench/transport.py needs a broker: set KAFKA_BOOTSTRAP_SERVERS "
-              "(e.g. `eval $(coach-stream stack env)`).", file=sys.stderr)
+        print(
+            "bench/transport.py needs a broker: set KAFKA_BOOTSTRAP_SERVERS "
+            "(e.g. `eval $(coach-stream stack env)`).",
+            file=sys.stderr,
+        )
         return 2
     check_broker(KafkaSettings(bootstrap_servers=bootstrap), timeout=10)
     redis_binary = shutil.which("redis-server")
     if redis_binary is None:
-        print("redis-server not found on PATH: the Coach-style baseline cannot run "
-              "(install it with `apt-get install -y redis-server`); baselines are null.",
-              file=sys.stderr)
+        print(
+            "redis-server not found on PATH: the Coach-style baseline cannot run "
+            "(install it with `apt-get install -y redis-server`); baselines are null.",
+            file=sys.stderr,
+        )
 
     for w in (CARTPOLE, ATARI):
         codec = codec_figures(w, codec_seconds)
-        line(f"{w.name}_encode_transitions_per_s", codec["encode"], "transitions/s",
-             codec["baseline_encode"])
-        line(f"{w.name}_decode_transitions_per_s", codec["decode"], "transitions/s",
-             codec["baseline_decode"])
+        line(
+            f"{w.name}_encode_transitions_per_s",
+            codec["encode"],
+            "transitions/s",
+            codec["baseline_encode"],
+        )
+        line(
+            f"{w.name}_decode_transitions_per_s",
+            codec["decode"],
+            "transitions/s",
+            codec["baseline_decode"],
+        )
 
     results: dict[str, tuple[dict[str, float], dict[str, float] | None]] = {}
     for w in (CARTPOLE, ATARI):
@@ -342,11 +409,19 @@ def main() -> int:
                 results[w.name] = (results[w.name][0], redis_figures)
                 print(f"# {w.name}: redis {redis_figures}", file=sys.stderr)
     for name, (kafka, base) in results.items():
-        line(f"{name}_e2e_transitions_per_s", kafka["transitions_per_s"], "transitions/s",
-             None if base is None else base["transitions_per_s"])
+        line(
+            f"{name}_e2e_transitions_per_s",
+            kafka["transitions_per_s"],
+            "transitions/s",
+            None if base is None else base["transitions_per_s"],
+        )
         if name == ATARI.name:
-            line(f"{name}_e2e_payload_MB_per_s", kafka["bytes_per_s"] / 1e6, "MB/s",
-                 None if base is None else base["bytes_per_s"] / 1e6)
+            line(
+                f"{name}_e2e_payload_MB_per_s",
+                kafka["bytes_per_s"] / 1e6,
+                "MB/s",
+                None if base is None else base["bytes_per_s"] / 1e6,
+            )
     return 0
 
 

@@ -46,8 +46,7 @@ def wait_for_topics(settings: KafkaSettings, topics: RunTopics, timeout: float) 
     while True:
         metadata = check_broker(settings, timeout=min(10.0, timeout))
         present = metadata.topics
-        if all(t in present and present[t].partitions for t in (topics.control,
-                                                                 topics.experience)):
+        if all(t in present and present[t].partitions for t in (topics.control, topics.experience)):
             return
         if time.monotonic() >= deadline:
             raise ServiceUnavailableError(
@@ -78,8 +77,9 @@ def rollout(
     num_envs = config.eval_episodes if evaluator else config.rollout.num_envs
     envs = make_vector_env(config.env_id, num_envs)
     seeds = env_seeds(config.seed, worker_id, num_envs, role)
-    actor = build_actor(config, env_shape(envs), evaluator,
-                        process_seed(config.seed, worker_id, role))
+    actor = build_actor(
+        config, env_shape(envs), evaluator, process_seed(config.seed, worker_id, role)
+    )
     store = open_store(checkpoint_url(checkpoints), gcs_emulator_host=gcs_emulator)
     task = "evaluator" if evaluator else f"rollout-{worker_id}"
     events = JsonLines(sys.stdout, task)
@@ -92,21 +92,37 @@ def rollout(
     ):
         if evaluator:
             with KafkaControlPublisher(settings, topics) as publisher:
-                finished = Evaluator(envs, actor, source, publisher, run_id, seeds, events,
-                                     policy_wait_s=config.rollout.policy_wait_s).run()
+                finished = Evaluator(
+                    envs,
+                    actor,
+                    source,
+                    publisher,
+                    run_id,
+                    seeds,
+                    events,
+                    policy_wait_s=config.rollout.policy_wait_s,
+                ).run()
         else:
-            share = config.ppo_config.num_steps if config.mode is Mode.SYNC else (
-                config.rollout.chunk_steps)
+            share = (
+                config.ppo_config.num_steps
+                if config.mode is Mode.SYNC
+                else (config.rollout.chunk_steps)
+            )
             worker_settings = WorkerSettings(
-                run_id, worker_id, config.mode, config.rollout.chunk_steps, share,
+                run_id,
+                worker_id,
+                config.mode,
+                config.rollout.chunk_steps,
+                share,
                 sync_wait_s=config.rollout.sync_wait_s,
                 max_lead_steps=config.rollout.async_max_lead_steps,
                 policy_wait_s=config.rollout.policy_wait_s,
                 log_every_s=config.trainer.log_every_s,
             )
             with KafkaExperienceWriter(settings, topics.experience) as writer:
-                finished = RolloutWorker(envs, actor, writer, source, worker_settings, seeds,
-                                         events).run()
+                finished = RolloutWorker(
+                    envs, actor, writer, source, worker_settings, seeds, events
+                ).run()
     envs.close()
     events("exit", {"reason": finished.reason, "final_version": finished.final_version})
 

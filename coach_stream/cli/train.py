@@ -100,8 +100,14 @@ def train(
         KafkaControlPublisher(settings, topics) as publisher,
     ):
         trainer = Trainer(
-            learner, reader, control, publisher, store,
-            trainer_settings(config, run_id), JsonLines(sys.stdout, "trainer"), generator,
+            learner,
+            reader,
+            control,
+            publisher,
+            store,
+            trainer_settings(config, run_id),
+            JsonLines(sys.stdout, "trainer"),
+            generator,
         )
         trainer.run()
 

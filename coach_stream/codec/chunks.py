@@ -31,8 +31,10 @@ def check_chunk(chunk: ExperienceChunk, error: type[CoachStreamError]) -> None:
     steps = chunk.rewards.shape[0] if chunk.rewards.ndim == 1 else -1
 
     def fail(message: str) -> None:
-        raise error(f"Inconsistent ExperienceChunk (worker {chunk.worker_id}, env "
-                    f"{chunk.env_index}, seq {chunk.chunk_seq}): {message}.")
+        raise error(
+            f"Inconsistent ExperienceChunk (worker {chunk.worker_id}, env "
+            f"{chunk.env_index}, seq {chunk.chunk_seq}): {message}."
+        )
 
     if steps < 0:
         fail(f"rewards must have shape (T,), got {chunk.rewards.shape}")
@@ -62,17 +64,18 @@ def check_chunk(chunk: ExperienceChunk, error: type[CoachStreamError]) -> None:
 class ChunkCodec:
     """Encodes with the newest ExperienceChunk schema; decodes every registered version."""
 
-    def __init__(self, registry: SchemaRegistry | None = None,
-                 reader: SchemaVersion | None = None) -> None:
+    def __init__(
+        self, registry: SchemaRegistry | None = None, reader: SchemaVersion | None = None
+    ) -> None:
         registry = registry or SchemaRegistry.load()
         self._codec = SingleObjectCodec(registry, reader or registry.latest(CHUNK_SCHEMA))
         fingerprint = self._codec.reader.fingerprint
-        self._fast = (ChunkWriterV1(MAGIC + fingerprint) if fingerprint == V1_FINGERPRINT
-                      else None)
+        self._fast = ChunkWriterV1(MAGIC + fingerprint) if fingerprint == V1_FINGERPRINT else None
         # v1 bytes map onto core.ExperienceChunk whatever the reader version: v2+ only adds
         # fields with defaults that core does not carry.
-        self._fast_reader = (ChunkReaderV1()
-                             if registry.by_fingerprint(V1_FINGERPRINT) is not None else None)
+        self._fast_reader = (
+            ChunkReaderV1() if registry.by_fingerprint(V1_FINGERPRINT) is not None else None
+        )
 
     @property
     def schema(self) -> SchemaVersion:
@@ -106,8 +109,12 @@ class ChunkCodec:
         return self._codec.encode(record)
 
     def decode(self, data: bytes) -> ExperienceChunk:
-        if (self._fast_reader is not None and data[2:10] == V1_FINGERPRINT
-                and data[:2] == MAGIC and isinstance(data, bytes)):
+        if (
+            self._fast_reader is not None
+            and data[2:10] == V1_FINGERPRINT
+            and data[:2] == MAGIC
+            and isinstance(data, bytes)
+        ):
             try:
                 chunk = self._fast_reader.decode(data)
             except Exception:  # Unusual, IndexError, UnicodeDecodeError: let fastavro decide
@@ -142,4 +149,3 @@ class ChunkCodec:
         )
         check_chunk(chunk, DecodeError)
         return chunk
-

@@ -26,8 +26,9 @@ _NAMES = {cls: name for name, cls in _TYPES.items()}
 class ControlCodec:
     """Encodes with the newest ControlMessage schema; decodes every registered version."""
 
-    def __init__(self, registry: SchemaRegistry | None = None,
-                 reader: SchemaVersion | None = None) -> None:
+    def __init__(
+        self, registry: SchemaRegistry | None = None, reader: SchemaVersion | None = None
+    ) -> None:
         registry = registry or SchemaRegistry.load()
         self._codec = SingleObjectCodec(
             registry, reader or registry.latest(CONTROL_SCHEMA), return_record_name=True

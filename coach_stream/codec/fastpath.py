@@ -86,8 +86,11 @@ class ChunkWriterV1:
                 raise EncodeError(
                     f"Field {field} has {array.ndim} dimensions; at most {MAX_NDIM} travel."
                 )
-            shape = (varint(len(array.shape)) + b"".join(map(varint, array.shape)) + b"\x00"
-                     if array.shape else b"\x00")
+            shape = (
+                varint(len(array.shape)) + b"".join(map(varint, array.shape)) + b"\x00"
+                if array.shape
+                else b"\x00"
+            )
             head = string(name) + shape + varint(array.size * array.dtype.itemsize)
             if len(self._heads) >= self._MAX_CACHED:
                 self._heads.clear()
@@ -238,9 +241,20 @@ class ChunkReaderV1:
         if pos != len(buf) or worker_id not in avro_int or env_index not in avro_int:
             raise UnusualRecordError("trailing bytes or int range")
         return ExperienceChunk(
-            run_id=run_id, worker_id=worker_id, env_index=env_index, chunk_seq=chunk_seq,
-            policy_version=policy_version, first_step=first_step, observations=observations,
-            actions=actions, rewards=rewards, terminated=terminated, truncated=truncated,
-            log_probs=log_probs, values=values, episode_return=episode_return,
-            episode_length=episode_length, created_at_ms=created_at_ms,
+            run_id=run_id,
+            worker_id=worker_id,
+            env_index=env_index,
+            chunk_seq=chunk_seq,
+            policy_version=policy_version,
+            first_step=first_step,
+            observations=observations,
+            actions=actions,
+            rewards=rewards,
+            terminated=terminated,
+            truncated=truncated,
+            log_probs=log_probs,
+            values=values,
+            episode_return=episode_return,
+            episode_length=episode_length,
+            created_at_ms=created_at_ms,
         )

@@ -136,8 +136,9 @@ class SchemaRegistry:
                 raise ConfigError(f"Schema {r.source} is not valid Avro ({exc}); fix it.") from exc
             canonical = fastavro.schema.to_parsing_canonical_form(parsed)
             fingerprint = bytes.fromhex(fastavro.schema.fingerprint(canonical, "CRC-64-AVRO"))
-            entry = SchemaVersion(r.full_name, r.version, schema, parsed, canonical, fingerprint,
-                                  r.source)
+            entry = SchemaVersion(
+                r.full_name, r.version, schema, parsed, canonical, fingerprint, r.source
+            )
             versions = self._by_name.setdefault(r.full_name, {})
             if r.version in versions:
                 raise ConfigError(

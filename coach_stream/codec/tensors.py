@@ -21,8 +21,18 @@ MAX_NDIM = 8
 DTYPES: dict[str, np.dtype[Any]] = {
     name: np.dtype(name).newbyteorder("<")
     for name in (
-        "bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
-        "float16", "float32", "float64",
+        "bool",
+        "int8",
+        "uint8",
+        "int16",
+        "uint16",
+        "int32",
+        "uint32",
+        "int64",
+        "uint64",
+        "float16",
+        "float32",
+        "float64",
     )
 }
 

@@ -116,8 +116,11 @@ class Trainer:
             self._report_finished(self.finished)
             return self.finished
         self.announcer = Announcer(
-            self.store, self.publisher, self.settings.run_id,
-            keep_last=self.settings.keep_policies, last_announced=newest,
+            self.store,
+            self.publisher,
+            self.settings.run_id,
+            keep_last=self.settings.keep_policies,
+            last_announced=newest,
         )
         state = self._newest_state()
         if state is None:
@@ -128,8 +131,15 @@ class Trainer:
             self.version, self.last_policy = newest.version, newest
         else:  # restored weights were never announced (or newer ones were): announce them
             self._publish(save_state=False)
-        self.events("resumed", {"from_version": state.version, "version": self.version,
-                                "env_steps": self.env_steps, "positions": state.positions})
+        self.events(
+            "resumed",
+            {
+                "from_version": state.version,
+                "version": self.version,
+                "env_steps": self.env_steps,
+                "positions": state.positions,
+            },
+        )
         self._consume(self._after_refill)
         self._after_refill = []
         return None
@@ -186,9 +196,14 @@ class Trainer:
         for message in messages:
             if isinstance(message, EvaluationReport):
                 self._eval_returns.extend(message.returns)
-                self.events("evaluation", {"policy_version": message.policy_version,
-                                           "mean_return": message.mean_return,
-                                           "episodes": len(message.returns)})
+                self.events(
+                    "evaluation",
+                    {
+                        "policy_version": message.policy_version,
+                        "mean_return": message.mean_return,
+                        "episodes": len(message.returns),
+                    },
+                )
             elif isinstance(message, RunFinished):
                 self.finished = message
             elif newest is None or message.version > newest.version:
@@ -219,8 +234,10 @@ class Trainer:
             version=version,
             positions=dict(self.reader.positions()),
             env_steps=self.env_steps,
-            counters={"dropped_stale": self.dropped_stale,
-                      "dropped_stale_steps": self.dropped_stale_steps},
+            counters={
+                "dropped_stale": self.dropped_stale,
+                "dropped_stale_steps": self.dropped_stale_steps,
+            },
             learner=self.learner.state_dict(),
             torch_rng=torch.get_rng_state(),
             generator_rng=self.generator.get_state(),
@@ -297,35 +314,41 @@ class Trainer:
 
     def _report_finished(self, finished: RunFinished) -> None:
         returns = list(self._eval_returns)
-        self.events("finished", {
-            "reason": finished.reason,
-            "final_version": finished.final_version,
-            "checkpoint_uri": self.last_policy.uri if self.last_policy else None,
-            "env_steps": self.env_steps,
-            "updates": self.learner.updates,
-            "wall_s": self.clock() - self._started,
-            "eval_mean_return": sum(returns) / len(returns) if returns else None,
-        })
+        self.events(
+            "finished",
+            {
+                "reason": finished.reason,
+                "final_version": finished.final_version,
+                "checkpoint_uri": self.last_policy.uri if self.last_policy else None,
+                "env_steps": self.env_steps,
+                "updates": self.learner.updates,
+                "wall_s": self.clock() - self._started,
+                "eval_mean_return": sum(returns) / len(returns) if returns else None,
+            },
+        )
 
     def _log_progress(self) -> None:
         now = self.clock()
         then, steps_then, updates_then = self._last_log
         elapsed = max(now - then, 1e-9)
         evals, trains = list(self._eval_returns), list(self._train_returns)
-        self.events("progress", {
-            "env_steps": self.env_steps,
-            "updates": self.learner.updates,
-            "policy_version": self.version,
-            "env_steps_per_s": (self.env_steps - steps_then) / elapsed,
-            "updates_per_s": (self.learner.updates - updates_then) / elapsed,
-            "policy_lag_mean": self._lag_sum / self._lag_count if self._lag_count else None,
-            "dropped_stale": self.dropped_stale,
-            "dropped_stale_steps": self.dropped_stale_steps,
-            "train_mean_return": sum(trains) / len(trains) if trains else None,
-            "eval_mean_return": sum(evals) / len(evals) if evals else None,
-            "wall_s": now - self._started,
-            **self._seconds,
-            **self._metrics,
-        })
+        self.events(
+            "progress",
+            {
+                "env_steps": self.env_steps,
+                "updates": self.learner.updates,
+                "policy_version": self.version,
+                "env_steps_per_s": (self.env_steps - steps_then) / elapsed,
+                "updates_per_s": (self.learner.updates - updates_then) / elapsed,
+                "policy_lag_mean": self._lag_sum / self._lag_count if self._lag_count else None,
+                "dropped_stale": self.dropped_stale,
+                "dropped_stale_steps": self.dropped_stale_steps,
+                "train_mean_return": sum(trains) / len(trains) if trains else None,
+                "eval_mean_return": sum(evals) / len(evals) if evals else None,
+                "wall_s": now - self._started,
+                **self._seconds,
+                **self._metrics,
+            },
+        )
         self._lag_sum = self._lag_count = 0
         self._last_log = (now, self.env_steps, self.learner.updates)

@@ -70,7 +70,10 @@ class PPO:
         self.steps_per_update, self.anneal_steps = steps_per_update, anneal_steps
         self.generator = generator
         self.optimizer = optim.Adam(
-            net.parameters(), lr=config.learning_rate, eps=1e-5, fused=True  # ~25% faster on CPU
+            net.parameters(),
+            lr=config.learning_rate,
+            eps=1e-5,
+            fused=True,  # ~25% faster on CPU
         )
         self._batch: list[ExperienceChunk] = []
         self._batch_steps = 0

@@ -58,16 +58,23 @@ def plan_run_topics(
             "(the default is one per rollout worker)."
         )
     record = str(settings.max_message_bytes + 4096)
-    common = {"cleanup.policy": "delete", "max.message.bytes": record,
-              "message.timestamp.type": "CreateTime"}
+    common = {
+        "cleanup.policy": "delete",
+        "max.message.bytes": record,
+        "message.timestamp.type": "CreateTime",
+    }
     return [
-        TopicPlan(topics.experience, experience_partitions,
-                  {**common, "retention.ms": str(experience_retention_ms),
-                   "retention.bytes": FOREVER}),
-        TopicPlan(topics.control, 1,
-                  {**common, "retention.ms": FOREVER, "retention.bytes": FOREVER}),
-        TopicPlan(topics.dead_letter, 1,
-                  {**common, "retention.ms": FOREVER, "retention.bytes": FOREVER}),
+        TopicPlan(
+            topics.experience,
+            experience_partitions,
+            {**common, "retention.ms": str(experience_retention_ms), "retention.bytes": FOREVER},
+        ),
+        TopicPlan(
+            topics.control, 1, {**common, "retention.ms": FOREVER, "retention.bytes": FOREVER}
+        ),
+        TopicPlan(
+            topics.dead_letter, 1, {**common, "retention.ms": FOREVER, "retention.bytes": FOREVER}
+        ),
     ]
 
 
@@ -99,8 +106,11 @@ def ensure_run_topics(
             error: KafkaError = exc.args[0]
             if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 continue
-            if error.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
-                                KafkaError._ALL_BROKERS_DOWN):
+            if error.code() in (
+                KafkaError._TRANSPORT,
+                KafkaError._TIMED_OUT,
+                KafkaError._ALL_BROKERS_DOWN,
+            ):
                 raise unreachable(settings, timeout, error) from exc
             raise ConfigError(
                 f"Kafka refused to create topic {name} ({error.str()}); check the broker's "

@@ -180,8 +180,13 @@ class KafkaExperienceReader:
 
     def _send_to_dead_letter(self, message: Message, reason: str) -> None:
         self.stats.dead_lettered += 1
-        log.warning("dead-lettering %s[%s]@%s: %s", message.topic(), message.partition(),
-                    message.offset(), reason)
+        log.warning(
+            "dead-lettering %s[%s]@%s: %s",
+            message.topic(),
+            message.partition(),
+            message.offset(),
+            reason,
+        )
         self._dead_letter.produce(
             message.key(),
             message.value() or b"",
@@ -221,8 +226,9 @@ class KafkaExperienceReader:
         consumer, topic = self._client(), self.topics.experience
         try:
             return {
-                p: consumer.get_watermark_offsets(TopicPartition(topic, p),
-                                                  timeout=self._timeout)[1]
+                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=self._timeout)[
+                    1
+                ]
                 for p in self._next
             }
         except KafkaException as exc:
@@ -232,8 +238,9 @@ class KafkaExperienceReader:
         """Whether every record written so far has been read."""
         return all(self._next[p] >= end for p, end in self.end_offsets().items())
 
-    def read_until_end(self, max_chunks: int, timeout: float = 10.0
-                       ) -> Iterator[list[ExperienceChunk]]:
+    def read_until_end(
+        self, max_chunks: int, timeout: float = 10.0
+    ) -> Iterator[list[ExperienceChunk]]:
         """Batches until the end offsets seen at the call (for replay tools and tests).
 
         Raises ServiceUnavailableError if no record arrives for ``timeout`` seconds.

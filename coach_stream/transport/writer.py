@@ -76,8 +76,9 @@ class KafkaRecordProducer:
         producer = self._client()
         while True:
             try:
-                producer.produce(self.topic, value, key, headers=headers,
-                                 on_delivery=self._on_delivery)
+                producer.produce(
+                    self.topic, value, key, headers=headers, on_delivery=self._on_delivery
+                )
                 break
             except BufferError:
                 producer.poll(0.05)

@@ -40,8 +40,11 @@ from coach_stream.transport.writer import KafkaExperienceWriter
 
 @pytest.fixture
 def gcs_bucket(gcs_endpoint: str) -> Iterator[str]:
-    client = storage.Client(project="test", credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
-                            client_options={"api_endpoint": gcs_endpoint})
+    client = storage.Client(
+        project="test",
+        credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
+        client_options={"api_endpoint": gcs_endpoint},
+    )
     name = f"train-{uuid.uuid4().hex[:12]}"
     bucket = client.create_bucket(name)
     yield name
@@ -71,7 +74,8 @@ class KafkaRun:
     def new_trainer(self) -> Trainer:
         self.trainer_events = EventList()
         generator = torch.Generator().manual_seed(
-            process_seed(self.preset.seed, 0, SeedRole.TRAINER))
+            process_seed(self.preset.seed, 0, SeedRole.TRAINER)
+        )
         envs = make_vector_env(self.preset.env_id, 1)
         shape = env_shape(envs)
         envs.close()
@@ -79,23 +83,36 @@ class KafkaRun:
         reader = self.stack.enter_context(KafkaExperienceReader(self.kafka, self.topics, group))
         control = self.stack.enter_context(KafkaControlSubscriber(self.kafka, self.topics))
         publisher = self.stack.enter_context(KafkaControlPublisher(self.kafka, self.topics))
-        return Trainer(build_learner(self.preset, shape, self.workers, generator), reader,
-                       control, publisher, self.store, trainer_settings(self.preset, self.run_id),
-                       self.trainer_events, generator)
+        return Trainer(
+            build_learner(self.preset, shape, self.workers, generator),
+            reader,
+            control,
+            publisher,
+            self.store,
+            trainer_settings(self.preset, self.run_id),
+            self.trainer_events,
+            generator,
+        )
 
     def _worker(self, worker_id: int) -> RolloutWorker:
         p = self.preset
         envs = make_vector_env(p.env_id, p.rollout.num_envs)
-        actor = build_actor(p, env_shape(envs), greedy=False,
-                            seed=process_seed(p.seed, worker_id, SeedRole.ROLLOUT))
+        actor = build_actor(
+            p, env_shape(envs), greedy=False, seed=process_seed(p.seed, worker_id, SeedRole.ROLLOUT)
+        )
         share = p.ppo_config.num_steps if p.mode is Mode.SYNC else p.rollout.chunk_steps
         control = self.stack.enter_context(KafkaControlSubscriber(self.kafka, self.topics))
         writer = self.stack.enter_context(KafkaExperienceWriter(self.kafka, self.topics.experience))
         return RolloutWorker(
-            envs, actor, writer, CheckpointPolicySource(control, self.store, run_id=self.run_id),
-            WorkerSettings(self.run_id, worker_id, p.mode, p.rollout.chunk_steps, share,
-                           policy_wait_s=30.0),
-            env_seeds(p.seed, worker_id, p.rollout.num_envs, SeedRole.ROLLOUT), EventList(),
+            envs,
+            actor,
+            writer,
+            CheckpointPolicySource(control, self.store, run_id=self.run_id),
+            WorkerSettings(
+                self.run_id, worker_id, p.mode, p.rollout.chunk_steps, share, policy_wait_s=30.0
+            ),
+            env_seeds(p.seed, worker_id, p.rollout.num_envs, SeedRole.ROLLOUT),
+            EventList(),
         )
 
     def advance(self, versions: int, deadline_s: float = 90.0) -> None:
@@ -154,8 +171,7 @@ def test_ppo_sync_versions_flow_and_a_killed_trainer_resumes(kafka_run: Any) -> 
     resumed = run.trainer_events.of("resumed")[0]
     assert resumed["from_version"] == stored_version == run.trainer.version
     assert run.trainer.env_steps == stored_steps
-    assert run.trainer.reader.positions() == {int(p): o for p, o in
-                                              resumed["positions"].items()}
+    assert run.trainer.reader.positions() == {int(p): o for p, o in resumed["positions"].items()}
     run.advance(versions=2)  # the shares acted meanwhile count for the same version
     assert run.trainer.version == stored_version + 2
     # at most the surplus shares of version v (acted during the outage) arrive too late
@@ -164,8 +180,15 @@ def test_ppo_sync_versions_flow_and_a_killed_trainer_resumes(kafka_run: Any) -> 
 
 
 def test_dqn_restart_refills_the_replay_buffer_from_the_log(kafka_run: Any) -> None:
-    preset = load_preset("cartpole-dqn", ["network.hidden_sizes=[32]", "dqn.learning_starts=256",
-                                          "dqn.publish_every=8", "trainer.checkpoint_every=1"])
+    preset = load_preset(
+        "cartpole-dqn",
+        [
+            "network.hidden_sizes=[32]",
+            "dqn.learning_starts=256",
+            "dqn.publish_every=8",
+            "trainer.checkpoint_every=1",
+        ],
+    )
     run = kafka_run(preset, workers=1)
     assert run.trainer.start() is None
     run.rollouts[0].start()

@@ -36,18 +36,29 @@ from coach_stream.transport import (
 PARTITIONS = 4
 
 
-def chunk(worker: int, env: int, seq: int, steps: int, obs_shape: tuple[int, ...] = (4,),
-          obs_dtype: str = "float32") -> ExperienceChunk:
+def chunk(
+    worker: int,
+    env: int,
+    seq: int,
+    steps: int,
+    obs_shape: tuple[int, ...] = (4,),
+    obs_dtype: str = "float32",
+) -> ExperienceChunk:
     rng = np.random.default_rng([worker, env, seq])
     terminated = np.zeros(steps, bool)
     terminated[-1] = seq % 3 == 2
     return ExperienceChunk(
-        run_id="it", worker_id=worker, env_index=env, chunk_seq=seq, policy_version=seq // 4,
+        run_id="it",
+        worker_id=worker,
+        env_index=env,
+        chunk_seq=seq,
+        policy_version=seq // 4,
         first_step=(seq % 3) * steps,
         observations=(rng.random((steps + 1, *obs_shape)) * 200).astype(obs_dtype),
         actions=rng.integers(0, 2, steps, dtype=np.int64),
         rewards=rng.standard_normal(steps).astype(np.float32),
-        terminated=terminated, truncated=np.zeros(steps, bool),
+        terminated=terminated,
+        truncated=np.zeros(steps, bool),
         log_probs=rng.standard_normal(steps).astype(np.float32),
         values=None,
         episode_return=float(seq) if terminated[-1] else None,
@@ -71,8 +82,9 @@ def topics(settings: KafkaSettings) -> Iterator[RunTopics]:
     )
 
 
-def read_all(settings: KafkaSettings, topics: RunTopics, group: str = "g"
-             ) -> tuple[list[ExperienceChunk], KafkaExperienceReader]:
+def read_all(
+    settings: KafkaSettings, topics: RunTopics, group: str = "g"
+) -> tuple[list[ExperienceChunk], KafkaExperienceReader]:
     out: list[ExperienceChunk] = []
     with KafkaExperienceReader(settings, topics, group) as reader:
         for batch in reader.read_until_end(2048, timeout=30):
@@ -175,11 +187,13 @@ def hostile(kind: int, rng: np.random.Generator, good: bytes) -> bytes:
     if kind == 3:  # wrong dtype for the observations
         return good.replace(obs_head, _s("float64") + obs_head[8:], 1)
     if kind == 4:  # wrong shape (7, 4) -> (4, 7): byte count matches, T+1 rows do not
-        return good.replace(obs_head, _s("float32") + _zigzag(2) + _zigzag(4) + _zigzag(7)
-                            + b"\x00", 1)
+        return good.replace(
+            obs_head, _s("float32") + _zigzag(2) + _zigzag(4) + _zigzag(7) + b"\x00", 1
+        )
     # huge declared shape
-    return good.replace(obs_head, _s("float32") + _zigzag(2) + _zigzag(2**40) + _zigzag(2**40)
-                        + b"\x00", 1)
+    return good.replace(
+        obs_head, _s("float32") + _zigzag(2) + _zigzag(2**40) + _zigzag(2**40) + b"\x00", 1
+    )
 
 
 def test_hostile_records_are_dead_lettered_and_good_ones_delivered(

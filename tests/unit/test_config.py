@@ -10,8 +10,12 @@ from coach_stream.errors import ConfigError
 
 
 def test_builtin_presets_state_target_and_budget() -> None:
-    assert set(builtin_presets()) >= {"cartpole-ppo", "cartpole-dqn", "acrobot-ppo",
-                                      "lunarlander-ppo"}
+    assert set(builtin_presets()) >= {
+        "cartpole-ppo",
+        "cartpole-dqn",
+        "acrobot-ppo",
+        "lunarlander-ppo",
+    }
     for name in builtin_presets():
         preset = load_preset(name)
         assert preset.name == name
@@ -36,8 +40,12 @@ def test_unknown_key_is_an_error_naming_it(override: str) -> None:
 
 def test_unknown_key_in_a_yaml_file(tmp_path: Path) -> None:
     path = tmp_path / "mine.yaml"
-    path.write_text(Path(load_preset.__code__.co_filename).parent.joinpath(
-        "presets", "cartpole-dqn.yaml").read_text() + "\nbogus_key: 3\n")
+    path.write_text(
+        Path(load_preset.__code__.co_filename)
+        .parent.joinpath("presets", "cartpole-dqn.yaml")
+        .read_text()
+        + "\nbogus_key: 3\n"
+    )
     with pytest.raises(ConfigError, match="bogus_key"):
         load_preset(str(path))
 

@@ -13,15 +13,25 @@ from coach_stream.core import ExperienceChunk, PolicyVersion
 from coach_stream.errors import DecodeError, EncodeError
 
 
-def make_chunk(steps: int = 5, obs_shape: tuple[int, ...] = (4,), *, seed: int = 0,
-               obs_dtype: str = "float32", ended: bool = True, behaviour: bool = True
-               ) -> ExperienceChunk:
+def make_chunk(
+    steps: int = 5,
+    obs_shape: tuple[int, ...] = (4,),
+    *,
+    seed: int = 0,
+    obs_dtype: str = "float32",
+    ended: bool = True,
+    behaviour: bool = True,
+) -> ExperienceChunk:
     rng = np.random.default_rng(seed)
     terminated = np.zeros(steps, dtype=bool)
     if ended and steps:
         terminated[-1] = True
     return ExperienceChunk(
-        run_id="run-1", worker_id=3, env_index=2, chunk_seq=7, policy_version=11,
+        run_id="run-1",
+        worker_id=3,
+        env_index=2,
+        chunk_seq=7,
+        policy_version=11,
         first_step=40,
         observations=(rng.random((steps + 1, *obs_shape)) * 255).astype(obs_dtype),
         actions=rng.integers(0, 6, size=steps, dtype=np.int64),
@@ -94,7 +104,7 @@ def _good() -> bytes:
         (b"\x00" * 40, "not the Avro single-object marker"),
         (MAGIC + b"\x01" * 8 + b"\x00" * 30, "Unknown schema fingerprint"),
         (_good()[:-7], "Corrupt or truncated"),
-        (_good()[:HEADER_SIZE + 3], "Corrupt or truncated"),
+        (_good()[: HEADER_SIZE + 3], "Corrupt or truncated"),
         (_good() + b"\x00", "unexpected bytes"),
         (encode_control(PolicyVersion("r", 1, "u", "s", 1, 1, 1, 1)), "expected a io.coachstream"),
     ],
@@ -126,20 +136,25 @@ def _str(s: str) -> bytes:
 def test_wrong_dtype_shape_and_bool_bytes_raise_decode_error() -> None:
     good = _good()
     # rewards float32 (6,) -> declared float64: byte count no longer matches
-    bad_dtype = _patch_tensor(good, _str("float32") + _zigzag(1) + _zigzag(6),
-                              _str("float64") + _zigzag(1) + _zigzag(6))
+    bad_dtype = _patch_tensor(
+        good, _str("float32") + _zigzag(1) + _zigzag(6), _str("float64") + _zigzag(1) + _zigzag(6)
+    )
     with pytest.raises(DecodeError, match="declares float64"):
         decode_chunk(bad_dtype)
     unknown = _patch_tensor(good, _str("float32"), _str("floatXX"))
     with pytest.raises(DecodeError, match="unknown dtype"):
         decode_chunk(unknown)
-    huge = _patch_tensor(good, _str("float32") + _zigzag(2) + _zigzag(7) + _zigzag(4),
-                         _str("float32") + _zigzag(2) + _zigzag(2**40) + _zigzag(2**40))
+    huge = _patch_tensor(
+        good,
+        _str("float32") + _zigzag(2) + _zigzag(7) + _zigzag(4),
+        _str("float32") + _zigzag(2) + _zigzag(2**40) + _zigzag(2**40),
+    )
     with pytest.raises(DecodeError, match="bytes but carries"):
         decode_chunk(huge)
     flags = _str("bool") + _zigzag(1) + _zigzag(6) + b"\x00" + _zigzag(6)
-    not_bool = _patch_tensor(good, flags + b"\x00" * 5 + b"\x01",
-                             flags + b"\x02" + b"\x00" * 4 + b"\x01")
+    not_bool = _patch_tensor(
+        good, flags + b"\x00" * 5 + b"\x01", flags + b"\x02" + b"\x00" * 4 + b"\x01"
+    )
     with pytest.raises(DecodeError, match="other than 0 and 1"):
         decode_chunk(not_bool)
 

@@ -12,8 +12,16 @@ from coach_stream.errors import DecodeError, EncodeError
 @pytest.mark.parametrize(
     "message",
     [
-        PolicyVersion("run-1", 7, "gs://b/runs/run-1/policies/00000007.pt", "ab" * 32, 1234,
-                      700, 70_000, 1_700_000_000_000),
+        PolicyVersion(
+            "run-1",
+            7,
+            "gs://b/runs/run-1/policies/00000007.pt",
+            "ab" * 32,
+            1234,
+            700,
+            70_000,
+            1_700_000_000_000,
+        ),
         RunFinished("run-1", 9, "target_reached", 1_700_000_000_001),
         EvaluationReport("run-1", 9, 90_000, (200.0, 187.5, -1.25), 1_700_000_000_002),
         EvaluationReport("run-1", 9, 90_000, (), 5),

@@ -89,18 +89,27 @@ def test_fast_writer_emits_exactly_fastavros_bytes(chunk: ExperienceChunk) -> No
 
 def test_fast_writer_normalises_layouts_like_fastavro() -> None:
     base = make_chunk(steps=5, obs_shape=(3,))
-    odd = ExperienceChunk(**{
-        **base.__dict__,
-        "observations": np.asfortranarray(base.observations.astype(
-            base.observations.dtype.newbyteorder(">"))),
-        "episode_return": -0.0,
-        "episode_length": 2**40,
-        "created_at_ms": 2**62,
-    })
+    odd = ExperienceChunk(
+        **{
+            **base.__dict__,
+            "observations": np.asfortranarray(
+                base.observations.astype(base.observations.dtype.newbyteorder(">"))
+            ),
+            "episode_return": -0.0,
+            "episode_length": 2**40,
+            "created_at_ms": 2**62,
+        }
+    )
     assert _CODEC.encode(odd) == _CODEC.encode_generic(odd)
     assert decode_chunk(_CODEC.encode(odd)).equals(
-        ExperienceChunk(**{**odd.__dict__, "observations": np.ascontiguousarray(
-            odd.observations, dtype=odd.observations.dtype.newbyteorder("<"))})
+        ExperienceChunk(
+            **{
+                **odd.__dict__,
+                "observations": np.ascontiguousarray(
+                    odd.observations, dtype=odd.observations.dtype.newbyteorder("<")
+                ),
+            }
+        )
     )
 
 

@@ -55,9 +55,14 @@ class InProcessRun:
             envs = make_vector_env(self.preset.env_id, self.preset.eval_episodes)
             actor = build_actor(self.preset, env_shape(envs), greedy=True, seed=0)
             self.eval = Evaluator(
-                envs, actor, self._source(), MemoryControlPublisher(self.control), self.run_id,
+                envs,
+                actor,
+                self._source(),
+                MemoryControlPublisher(self.control),
+                self.run_id,
                 env_seeds(self.preset.seed, 0, self.preset.eval_episodes, SeedRole.EVALUATOR),
-                self.eval_events, policy_wait_s=1.0,
+                self.eval_events,
+                policy_wait_s=1.0,
             )
 
     def new_trainer(self) -> Trainer:
@@ -88,15 +93,28 @@ class InProcessRun:
     def _worker(self, worker_id: int) -> RolloutWorker:
         p = self.preset
         envs = make_vector_env(p.env_id, p.rollout.num_envs)
-        actor = build_actor(p, env_shape(envs), greedy=False,
-                            seed=process_seed(p.seed, worker_id, SeedRole.ROLLOUT))
+        actor = build_actor(
+            p, env_shape(envs), greedy=False, seed=process_seed(p.seed, worker_id, SeedRole.ROLLOUT)
+        )
         share = p.ppo_config.num_steps if p.mode is Mode.SYNC else p.rollout.chunk_steps
-        settings = WorkerSettings(self.run_id, worker_id, p.mode, p.rollout.chunk_steps, share,
-                                  sync_wait_s=0.01, policy_wait_s=1.0,
-                                  max_lead_steps=p.rollout.async_max_lead_steps)
+        settings = WorkerSettings(
+            self.run_id,
+            worker_id,
+            p.mode,
+            p.rollout.chunk_steps,
+            share,
+            sync_wait_s=0.01,
+            policy_wait_s=1.0,
+            max_lead_steps=p.rollout.async_max_lead_steps,
+        )
         return RolloutWorker(
-            envs, actor, MemoryExperienceWriter(self.log), self._source(), settings,
-            env_seeds(p.seed, worker_id, p.rollout.num_envs, SeedRole.ROLLOUT), EventList(),
+            envs,
+            actor,
+            MemoryExperienceWriter(self.log),
+            self._source(),
+            settings,
+            env_seeds(p.seed, worker_id, p.rollout.num_envs, SeedRole.ROLLOUT),
+            EventList(),
         )
 
     def start(self) -> None:

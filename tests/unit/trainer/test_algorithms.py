@@ -41,8 +41,19 @@ def _chunk(n: int, terminated: bool) -> ExperienceChunk:
     obs = np.arange((n + 1) * 2, dtype=np.float32).reshape(n + 1, 2)
     term = np.zeros(n, np.bool_)
     term[-1] = terminated
-    return ExperienceChunk("r", 0, 0, 0, 0, 0, obs, np.ones(n, np.int64),
-                           np.ones(n, np.float32), term, np.zeros(n, np.bool_))
+    return ExperienceChunk(
+        "r",
+        0,
+        0,
+        0,
+        0,
+        0,
+        obs,
+        np.ones(n, np.int64),
+        np.ones(n, np.float32),
+        term,
+        np.zeros(n, np.bool_),
+    )
 
 
 def test_replay_buffer_stores_transitions_and_wraps() -> None:

@@ -24,19 +24,20 @@ def test_ppo_sync_solves_cartpole(in_process_run: Any) -> None:
 
 @pytest.mark.slow
 def test_dqn_async_learns_cartpole(in_process_run: Any) -> None:
-    preset = load_preset("cartpole-dqn", ["network.hidden_sizes=[64, 64]",
-                                          "dqn.learning_starts=500"])
+    preset = load_preset(
+        "cartpole-dqn", ["network.hidden_sizes=[64, 64]", "dqn.learning_starts=500"]
+    )
     run = in_process_run(preset, workers=2)
     run.start()
     finished = run.run(max_steps=400)
     evaluations = [e["mean_return"] for e in run.eval_events.of("evaluation")]
-    assert max(evaluations) >= 150 or (finished is not None and finished.reason ==
-                                       "target_reached")
+    assert max(evaluations) >= 150 or (finished is not None and finished.reason == "target_reached")
 
 
 def test_sync_run_goes_on_when_a_worker_stops(in_process_run: Any) -> None:
-    run = in_process_run(load_preset("cartpole-ppo", ["env_step_budget=6000"]), workers=2,
-                         evaluator=False)
+    run = in_process_run(
+        load_preset("cartpole-ppo", ["env_step_budget=6000"]), workers=2, evaluator=False
+    )
     run.start()
     alive = run.rollouts[:1]  # worker 1 "dies": only worker 0 fills version v's quota
     for _ in range(40):
@@ -64,8 +65,15 @@ def test_sync_drops_and_counts_stale_chunks(in_process_run: Any) -> None:
 
 
 def test_trainer_restart_resumes_from_stored_positions(in_process_run: Any) -> None:
-    preset = load_preset("cartpole-dqn", ["network.hidden_sizes=[32]", "dqn.learning_starts=300",
-                                          "dqn.publish_every=16", "trainer.checkpoint_every=1"])
+    preset = load_preset(
+        "cartpole-dqn",
+        [
+            "network.hidden_sizes=[32]",
+            "dqn.learning_starts=300",
+            "dqn.publish_every=16",
+            "trainer.checkpoint_every=1",
+        ],
+    )
     run = in_process_run(preset, workers=1, evaluator=False)
     run.start()
     for _ in range(40):

@@ -17,7 +17,8 @@ def test_worker_and_evaluator_exit_cleanly_on_run_finished(in_process_run: Any) 
     run.start()
     run.step()
     MemoryControlPublisher(run.control).publish(
-        RunFinished(run.run_id, run.trainer.version, "stopped", 0))
+        RunFinished(run.run_id, run.trainer.version, "stopped", 0)
+    )
     worker = run.rollouts[0]
     finished = worker.run()  # returns instead of acting on: the run is over
     assert finished.reason == "stopped"
@@ -44,8 +45,9 @@ def test_worker_without_a_trainer_fails_with_a_clear_error(in_process_run: Any) 
 
 
 def test_async_pacing_bounds_a_workers_lead(in_process_run: Any) -> None:
-    preset = load_preset("cartpole-dqn", ["rollout.async_max_lead_steps=128",
-                                          "dqn.learning_starts=100000"])
+    preset = load_preset(
+        "cartpole-dqn", ["rollout.async_max_lead_steps=128", "dqn.learning_starts=100000"]
+    )
     run = in_process_run(preset, workers=1, evaluator=False)
     run.start()
     worker = run.rollouts[0]

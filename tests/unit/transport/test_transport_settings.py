@@ -23,8 +23,12 @@ from coach_stream.transport import (
 
 
 def test_producer_config_keeps_the_delivery_guarantees() -> None:
-    config = KafkaSettings(bootstrap_servers="h:9092", compression="zstd", linger_ms=7,
-                           extra={"socket.keepalive.enable": "true"}).producer_config()
+    config = KafkaSettings(
+        bootstrap_servers="h:9092",
+        compression="zstd",
+        linger_ms=7,
+        extra={"socket.keepalive.enable": "true"},
+    ).producer_config()
     assert config["enable.idempotence"] is True
     assert config["acks"] == "all"
     assert config["compression.type"] == "zstd"
@@ -55,11 +59,14 @@ def test_settings_are_frozen_and_reject_unknown_fields() -> None:
 
 
 def test_admin_config_only_takes_connection_extras() -> None:
-    config = KafkaSettings(bootstrap_servers="h:9092",
-                           extra={"security.protocol": "SSL", "fetch.wait.max.ms": "9"}
-                           ).admin_config()
-    assert config == {"bootstrap.servers": "h:9092", "client.id": "coach-stream",
-                      "security.protocol": "SSL"}
+    config = KafkaSettings(
+        bootstrap_servers="h:9092", extra={"security.protocol": "SSL", "fetch.wait.max.ms": "9"}
+    ).admin_config()
+    assert config == {
+        "bootstrap.servers": "h:9092",
+        "client.id": "coach-stream",
+        "security.protocol": "SSL",
+    }
 
 
 def test_from_env() -> None:
@@ -71,8 +78,9 @@ def test_from_env() -> None:
 
 def test_run_topics() -> None:
     topics = RunTopics.for_run("cartpole-ppo_7", "cs")
-    assert topics == RunTopics("cs.cartpole-ppo_7.experience", "cs.cartpole-ppo_7.control",
-                               "cs.cartpole-ppo_7.dead-letter")
+    assert topics == RunTopics(
+        "cs.cartpole-ppo_7.experience", "cs.cartpole-ppo_7.control", "cs.cartpole-ppo_7.dead-letter"
+    )
 
 
 @pytest.mark.parametrize("run_id", ["", "a b", "a.b", "-x", "run/1", "ü", "x" * 240])
@@ -103,9 +111,19 @@ def test_kafka_clients_do_no_io_in_constructors() -> None:
 
 
 def _chunk(seq: int) -> ExperienceChunk:
-    return ExperienceChunk("r", 0, 0, seq, 0, 0, np.zeros((2, 4), np.float32),
-                           np.zeros(1, np.int64), np.zeros(1, np.float32), np.zeros(1, bool),
-                           np.zeros(1, bool))
+    return ExperienceChunk(
+        "r",
+        0,
+        0,
+        seq,
+        0,
+        0,
+        np.zeros((2, 4), np.float32),
+        np.zeros(1, np.int64),
+        np.zeros(1, np.float32),
+        np.zeros(1, bool),
+        np.zeros(1, bool),
+    )
 
 
 def test_memory_log_mirrors_the_kafka_pair() -> None:
