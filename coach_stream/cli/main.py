@@ -1,13 +1,15 @@
 """Entry point of ``coach-stream``: assembles the command groups and turns errors into one line.
 
-Each command group lives in its own module and exposes ``register(app)``; adding a group
-means adding its module name to ``_GROUPS``.
+Each command group lives in its own module and exposes ``register(app)``. Only the module of
+the command being run is imported, so ``coach-stream stack up`` or ``--version`` does not
+pay for importing torch; ``--help`` (no command) imports them all to list them.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Sequence
 
 import typer
 from rich.console import Console
@@ -15,15 +17,16 @@ from rich.console import Console
 from coach_stream import __version__
 from coach_stream.errors import CoachStreamError
 
-_GROUPS: tuple[str, ...] = ("stack", "launch", "train", "rollout")
-
-app = typer.Typer(
-    name="coach-stream",
-    help="Distributed reinforcement learning whose experience flows through Kafka.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+COMMAND_MODULES: dict[str, str] = {
+    "stack": "coach_stream.cli.stack",
+    "launch": "coach_stream.cli.launch",
+    "status": "coach_stream.cli.launch",
+    "logs": "coach_stream.cli.launch",
+    "stop": "coach_stream.cli.launch",
+    "train": "coach_stream.cli.train",
+    "rollout": "coach_stream.cli.rollout",
+}
+"""Which module registers each top-level command (a module may register several)."""
 
 
 def _version_callback(value: bool) -> None:
@@ -32,7 +35,6 @@ def _version_callback(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version_callback, is_eager=True, help="Show the version."
@@ -41,14 +43,35 @@ def _root(
     """Distributed reinforcement learning whose experience flows through Kafka."""
 
 
-for _group in _GROUPS:
-    importlib.import_module(f"coach_stream.cli.{_group}").register(app)
+def build_app(command: str | None = None) -> typer.Typer:
+    """The CLI with ``command``'s group registered, or every group when it is not known."""
+    app = typer.Typer(
+        name="coach-stream",
+        help="Distributed reinforcement learning whose experience flows through Kafka.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
+    app.callback()(_root)
+    if command in COMMAND_MODULES:
+        modules = [COMMAND_MODULES[command]]
+    elif command == "--version":
+        modules = []
+    else:
+        modules = list(dict.fromkeys(COMMAND_MODULES.values()))
+    for module in modules:
+        importlib.import_module(module).register(app)
+    return app
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; a ``CoachStreamError`` becomes one red line and exit code 2."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in args if not a.startswith("-")), None)
+    if command is None and "--version" in args:
+        command = "--version"
     try:
-        app(args=argv, standalone_mode=False)
+        build_app(command)(args=args, standalone_mode=False)
     except CoachStreamError as error:
         Console(stderr=True).print(f"[bold red]error:[/] {error}", highlight=False)
         return 2

@@ -22,6 +22,10 @@ from coach_stream.orchestrators.state import SupervisorConfig, check_run_id
 CLI_MODULE = "coach_stream.cli.main"
 """Every task runs ``<python> -m coach_stream.cli.main <command>``."""
 
+TASK_MODULES = (CLI_MODULE, "coach_stream.cli.train", "coach_stream.cli.rollout")
+"""What a warm supervisor imports once: the CLI loads command groups lazily, so the heavy
+ones the tasks run (torch, gymnasium, the Kafka and GCS clients) are named here."""
+
 # Rollout workers run a small network on a batch of a few observations: one thread each
 # is fastest, and N workers each spawning one thread per core only fight over the cores.
 _WORKER_ENV: Mapping[str, str] = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -135,4 +139,4 @@ def build_run_spec(settings: LaunchSettings) -> RunSpec:
 def warm_supervisor(config: SupervisorConfig | None = None) -> SupervisorConfig:
     """``config`` (default: the defaults) with the CLI preloaded, so tasks start as warm forks."""
     base = config or SupervisorConfig()
-    return replace(base, preload=tuple(dict.fromkeys((*base.preload, CLI_MODULE))))
+    return replace(base, preload=tuple(dict.fromkeys((*base.preload, *TASK_MODULES))))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -97,6 +98,11 @@ def test_status_logs_and_stop_commands(
     assert shown["state"] == "running"
     assert [t["name"] for t in shown["tasks"]] == ["trainer", "rollout-0", "evaluator"]
 
+    # Stop only once the evaluator has written its line, which the logs check reads below.
+    deadline = time.monotonic() + 30
+    while '"mean_return"' not in "".join(orchestrator.logs("c1", "evaluator")):
+        assert time.monotonic() < deadline, "the evaluator never wrote its line"
+        time.sleep(0.02)
     assert main(["stop", "c1", *state]) == 0
     assert "run c1: stopped" in capsys.readouterr().out
     assert orchestrator.record("c1").state is RunState.STOPPED
