@@ -22,7 +22,7 @@ test: setup
 	bash scripts/with-stack.sh $(BIN)/pytest tests -q
 
 unit: setup
-	$(BIN)/pytest tests/unit -q
+	$(BIN)/pytest tests/unit -q -m "not slow"
 
 check: setup
 	$(BIN)/ruff check coach_stream tests bench
