@@ -32,7 +32,11 @@ class KafkaSettings(BaseModel):
     bootstrap_servers: str = Field(min_length=1)
     topic_prefix: str = "coach-stream"
     client_id: str = "coach-stream"
-    compression: Literal["lz4", "zstd", "snappy", "gzip", "none"] = "lz4"
+    compression: Literal["lz4", "zstd", "snappy", "gzip", "none"] = "none"
+    """Off by default: float observations do not compress (a CartPole chunk's 528 bytes of
+    observations deflate to 539), yet lz4 took ~10 % of a rollout loop's CPU and the broker
+    decompresses every batch to validate it (zstd: ~40 % of a broker core). Choose lz4 or
+    zstd for image observations, where it pays for itself."""
     linger_ms: int = Field(default=5, ge=0, le=60_000)
     """How long the producer waits to fill a batch: throughput for a few ms of latency."""
     batch_size: int = Field(default=4_000_000, ge=1, le=2_147_483_647)
