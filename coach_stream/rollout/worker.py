@@ -144,6 +144,9 @@ class RolloutWorker:
         """Take a newer policy: SYNC waits up to ``timeout`` for v+1, ASYNC only polls."""
         try:
             if self.settings.mode is Mode.SYNC:
+                # v+1 needs this share: send it now instead of after linger.ms (a flush sends
+                # at once). The worker would spend the round trip waiting for v+1 anyway.
+                self.writer.flush(timeout=30.0)
                 started = self.clock()
                 try:
                     newer: LoadedPolicy | None = self.source.wait_for(

@@ -37,8 +37,10 @@ class KafkaSettings(BaseModel):
     observations deflate to 539), yet lz4 took ~10 % of a rollout loop's CPU and the broker
     decompresses every batch to validate it (zstd: ~40 % of a broker core). Choose lz4 or
     zstd for image observations, where it pays for itself."""
-    linger_ms: int = Field(default=5, ge=0, le=60_000)
-    """How long the producer waits to fill a batch: throughput for a few ms of latency."""
+    linger_ms: int = Field(default=20, ge=0, le=60_000)
+    """How long the producer waits to fill a batch: throughput for some latency. 20 ms cut
+    the broker's CPU for a full-speed CartPole worker from ~25 % to ~8 % of a core vs 5 ms;
+    a SYNC worker flushes at the end of each share, so on-policy runs pay no latency."""
     batch_size: int = Field(default=4_000_000, ge=1, le=2_147_483_647)
     """Largest produce batch per partition, in bytes."""
     max_message_bytes: int = Field(default=16 * 1024 * 1024, ge=1024, le=1_000_000_000)
