@@ -123,6 +123,19 @@ def wait_for(
     return progress
 
 
+def wait_for_pid(orchestrator: LocalOrchestrator, run_id: str, task: str) -> int:
+    """The pid of ``task`` once the supervisor has started it."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while True:
+        status = {s.name: s for s in orchestrator.status(run_id)}
+        if task in status and status[task].pid is not None:
+            return int(status[task].pid)  # type: ignore[arg-type]
+        assert time.monotonic() < deadline, f"{task} never started\n" + explain(
+            orchestrator, run_id
+        )
+        time.sleep(0.05)
+
+
 def test_cartpole_ppo_sync_solves_through_the_cli_with_gcs_checkpoints(
     kafka_bootstrap: str, gcs_endpoint: str, unique_name: str, tmp_path: Path
 ) -> None:
@@ -183,14 +196,21 @@ def test_trainer_kill_9_resumes_from_stored_positions_and_still_solves(
 ) -> None:
     run_id = f"e2e-resume-{unique_name}"
     launch(orchestrator, preset, run_id, kafka_bootstrap, (tmp_path / "ckpt").as_uri())
-    before = wait_for(
-        orchestrator, run_id, "the trainer's 4th policy version",
-        lambda p: (p.figure("policy_version") or 0) >= 4,
-    )  # fmt: skip
-    trainer = orchestrator.status(run_id)[0]
-    assert trainer.name == "trainer" and trainer.pid is not None
-
-    os.kill(trainer.pid, signal.SIGKILL)
+    # Only the evaluator's reports can end the run, so pausing it guarantees the trainer is
+    # still training when it is killed, however fast this machine solves CartPole.
+    evaluator_pid = wait_for_pid(orchestrator, run_id, "evaluator")
+    os.kill(evaluator_pid, signal.SIGSTOP)
+    try:
+        before = wait_for(
+            orchestrator, run_id, "the trainer's 4th policy version",
+            lambda p: (p.figure("policy_version") or 0) >= 4,
+        )  # fmt: skip
+        trainer = orchestrator.status(run_id)[0]
+        assert trainer.name == "trainer" and trainer.pid is not None
+        assert trainer.state is TaskState.RUNNING
+        os.kill(trainer.pid, signal.SIGKILL)
+    finally:
+        os.kill(evaluator_pid, signal.SIGCONT)
     outcome = follow(orchestrator, run_id, timeout_s=RUN_TIMEOUT_S)
 
     assert_solved(outcome, orchestrator, preset)
