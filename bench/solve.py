@@ -256,9 +256,13 @@ def rollout_overhead(kafka: str, seconds: float, rounds: int) -> dict[str, tuple
     producing: list[tuple[float, float]] = []
     discarding: list[tuple[float, float]] = []
     with KafkaExperienceWriter(settings, topics.experience) as writer:
-        for _ in range(rounds):  # interleaved, so drift in machine load hits both alike
-            discarding.append(rollout_rate(preset, _DiscardingWriter(), seconds))
-            producing.append(rollout_rate(preset, writer, seconds))
+        for round_ in range(rounds):  # interleaved, so drift in machine load hits both alike
+            first_discarding = round_ % 2 == 0  # and in ABBA order, so neither is always first
+            for discard in (first_discarding, not first_discarding):
+                if discard:
+                    discarding.append(rollout_rate(preset, _DiscardingWriter(), seconds))
+                else:
+                    producing.append(rollout_rate(preset, writer, seconds))
     return {
         kind: (
             statistics.median(p[i] for p in producing),
