@@ -57,7 +57,12 @@ def check_chunk(chunk: ExperienceChunk, error: type[CoachStreamError]) -> None:
             fail(f"{name} must have {rows} rows, got shape {array.shape}")
         if dtype is not None and (array.dtype != dtype or array.ndim != 1):
             fail(f"{name} must be {dtype.name} of shape ({rows},), got {array.dtype}{array.shape}")
-    if steps > 1 and (chunk.terminated[:-1].any() or chunk.truncated[:-1].any()):
+    # bool (T,) columns here: a flag before the last step means more set flags than the
+    # last step's own (count_nonzero is ~5x cheaper than slicing and any() on small chunks)
+    if steps > 1 and (
+        np.count_nonzero(chunk.terminated) > chunk.terminated[-1]
+        or np.count_nonzero(chunk.truncated) > chunk.truncated[-1]
+    ):
         fail("terminated/truncated is set before the last step (a chunk holds one episode)")
 
 
