@@ -189,6 +189,24 @@ class _Closeable(Protocol):
     ) -> None: ...
 
 
+class ClosingContext:
+    """Implementation mixin: ``with client:`` closes the client on the way out."""
+
+    def close(self) -> None:
+        """Release what the object holds; calling it twice is harmless."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
 @runtime_checkable
 class ExperienceWriter(_Closeable, Protocol):
     """The write side of the experience log (a rollout worker's only output)."""

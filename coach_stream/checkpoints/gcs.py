@@ -17,8 +17,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Callable
-from types import TracebackType
-from typing import Self, TypeVar, cast
+from typing import TypeVar, cast
 from urllib.parse import urlparse
 
 import requests
@@ -29,7 +28,7 @@ from google.cloud.storage import exceptions as storage_exc
 
 from coach_stream.checkpoints.keys import check_key, sha256_hex
 from coach_stream.checkpoints.retry import RetryPolicy, call_with_retry
-from coach_stream.core import StoredObject
+from coach_stream.core import ClosingContext, StoredObject
 from coach_stream.errors import (
     AlreadyExistsError,
     CheckpointError,
@@ -59,7 +58,7 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, _TRANSIENT)
 
 
-class GcsCheckpointStore:
+class GcsCheckpointStore(ClosingContext):
     """A ``CheckpointStore`` on one bucket; keys live under ``prefix``.
 
     With ``emulator_host`` (the ``STORAGE_EMULATOR_HOST`` value, read by the entry point)
@@ -189,17 +188,6 @@ class GcsCheckpointStore:
         if self._client is not None:
             self._client.close()
             self._client = None
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # ------------------------------------------------------------------ helpers
 

@@ -13,12 +13,10 @@ import contextlib
 import os
 import uuid
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 from urllib.parse import unquote, urlparse
 
 from coach_stream.checkpoints.keys import check_key, sha256_hex
-from coach_stream.core import StoredObject
+from coach_stream.core import ClosingContext, StoredObject
 from coach_stream.errors import (
     AlreadyExistsError,
     CheckpointError,
@@ -29,7 +27,7 @@ from coach_stream.errors import (
 _TMP_SUFFIX = ".tmp"
 
 
-class LocalCheckpointStore:
+class LocalCheckpointStore(ClosingContext):
     """A ``CheckpointStore`` rooted at a directory; keys are relative paths under it."""
 
     def __init__(self, root: Path | str) -> None:
@@ -128,17 +126,6 @@ class LocalCheckpointStore:
 
     def close(self) -> None:
         """Nothing to release; present so every store is used the same way."""
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # ------------------------------------------------------------------ helpers
 

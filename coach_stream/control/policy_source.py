@@ -18,12 +18,12 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from types import TracebackType
-from typing import Protocol, Self, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from coach_stream.checkpoints.serialization import policy_from_bytes
 from coach_stream.core import (
     CheckpointStore,
+    ClosingContext,
     ControlMessage,
     ControlSubscriber,
     EvaluationReport,
@@ -53,7 +53,7 @@ class ControlLogReader(ControlSubscriber, Protocol):
         """Every message not yet returned, up to the end the topic had when called."""
 
 
-class CheckpointPolicySource:
+class CheckpointPolicySource(ClosingContext):
     """``PolicySource`` over a control subscriber and a checkpoint store."""
 
     def __init__(
@@ -132,17 +132,6 @@ class CheckpointPolicySource:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
             self._inflight = None
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # ------------------------------------------------------------------ for status tools
 

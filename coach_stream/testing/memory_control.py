@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import threading
 import time
-from types import TracebackType
-from typing import Self
 
-from coach_stream.core import ControlMessage
+from coach_stream.core import ClosingContext, ControlMessage
 from coach_stream.errors import DeliveryError
 
 
@@ -48,7 +46,7 @@ class MemoryControlLog:
             return self._messages[start:]
 
 
-class MemoryControlPublisher:
+class MemoryControlPublisher(ClosingContext):
     """``ControlPublisher`` on a ``MemoryControlLog``."""
 
     def __init__(self, log: MemoryControlLog) -> None:
@@ -60,19 +58,8 @@ class MemoryControlPublisher:
     def close(self) -> None:
         pass
 
-    def __enter__(self) -> Self:
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class MemoryControlSubscriber:
+class MemoryControlSubscriber(ClosingContext):
     """``ControlSubscriber`` on a ``MemoryControlLog``, reading from the beginning."""
 
     def __init__(self, log: MemoryControlLog) -> None:
@@ -89,14 +76,3 @@ class MemoryControlSubscriber:
 
     def close(self) -> None:
         pass
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

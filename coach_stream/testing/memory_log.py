@@ -8,11 +8,9 @@ catches chunks the Kafka path would refuse.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import TracebackType
-from typing import Self
 
 from coach_stream.codec import decode_chunk, encode_chunk
-from coach_stream.core import ExperienceChunk, Positions
+from coach_stream.core import ClosingContext, ExperienceChunk, Positions
 
 
 class MemoryLog:
@@ -24,22 +22,11 @@ class MemoryLog:
         self.committed: Positions = {}
 
 
-class _Context:
+class _Context(ClosingContext):
     closed = False
 
     def close(self) -> None:
         self.closed = True
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class MemoryExperienceWriter(_Context):

@@ -13,8 +13,6 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from types import TracebackType
-from typing import Self
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -27,7 +25,7 @@ from confluent_kafka import (
 )
 
 from coach_stream.codec import decode_control, encode_control
-from coach_stream.core import ControlMessage
+from coach_stream.core import ClosingContext, ControlMessage
 from coach_stream.errors import DecodeError, DeliveryError, ServiceUnavailableError
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 
@@ -43,7 +41,7 @@ _SETTLING = {  # a new topic's metadata or leader is not there yet: ask again sh
 }
 
 
-class KafkaControlPublisher:
+class KafkaControlPublisher(ClosingContext):
     """``ControlPublisher``: appends one message and waits for ``acks=all``."""
 
     def __init__(self, settings: KafkaSettings, topics: RunTopics, timeout_s: float = 30.0) -> None:
@@ -102,19 +100,8 @@ class KafkaControlPublisher:
             self._producer.flush(self._timeout_s)
             self._producer = None
 
-    def __enter__(self) -> Self:
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class KafkaControlSubscriber:
+class KafkaControlSubscriber(ClosingContext):
     """``ControlSubscriber`` (plus ``read_to_end``): every control message, from offset 0."""
 
     def __init__(self, settings: KafkaSettings, topics: RunTopics, timeout_s: float = 10.0) -> None:
@@ -230,14 +217,3 @@ class KafkaControlSubscriber:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
