@@ -76,7 +76,8 @@ def _print_status(stack: LocalStack) -> bool:
     for column in ("service", "pid", "address", "health"):
         table.add_column(column, no_wrap=True)
     all_healthy = True
-    for service in stack.status():
+    services = stack.status()
+    for service in services:
         health = (
             "[green]healthy[/]"
             if service.healthy
@@ -86,7 +87,7 @@ def _print_status(stack: LocalStack) -> bool:
         table.add_row(service.name, str(service.pid or "-"), service.address, health)
     console = Console()
     console.print(table)
-    for service in stack.status():
+    for service in services:
         console.print(f"{service.name} log: {service.detail}", highlight=False, soft_wrap=True)
     return all_healthy
 

@@ -185,35 +185,24 @@ class LocalStack:
 
     def status(self) -> list[ServiceStatus]:
         state = self._load()
+        services = (
+            ("kafka", f"kafka {kafka.KAFKA_VERSION}", self.kafka_bootstrap(), kafka.is_healthy,
+             self.kafka_layout.log),
+            ("gcs", f"fake-gcs-server {gcs.FAKE_GCS_VERSION}", self.gcs_endpoint(), gcs.is_healthy,
+             self.gcs_log),
+        )  # fmt: skip
         result = []
-        kafka_entry = state.get("kafka", {})
-        record = self._record(kafka_entry)
-        bootstrap = self.kafka_bootstrap()
-        running = record is not None and record.is_alive()
-        healthy = running and bootstrap is not None and kafka.is_healthy(bootstrap)
-        result.append(
-            ServiceStatus(
-                name=f"kafka {kafka.KAFKA_VERSION}",
-                address=bootstrap or "-",
-                pid=record.pid if running and record else None,
-                running=running,
-                healthy=healthy,
-                detail=str(self.kafka_layout.log),
+        for key, name, address, is_healthy, log in services:
+            record = self._record(state.get(key, {}))
+            running = record is not None and record.is_alive()
+            result.append(
+                ServiceStatus(
+                    name=name,
+                    address=address or "-",
+                    pid=record.pid if running and record else None,
+                    running=running,
+                    healthy=running and address is not None and is_healthy(address),
+                    detail=str(log),
+                )
             )
-        )
-        gcs_entry = state.get("gcs", {})
-        record = self._record(gcs_entry)
-        endpoint = self.gcs_endpoint()
-        running = record is not None and record.is_alive()
-        healthy = running and endpoint is not None and gcs.is_healthy(endpoint)
-        result.append(
-            ServiceStatus(
-                name=f"fake-gcs-server {gcs.FAKE_GCS_VERSION}",
-                address=endpoint or "-",
-                pid=record.pid if running and record else None,
-                running=running,
-                healthy=healthy,
-                detail=str(self.gcs_log),
-            )
-        )
         return result
