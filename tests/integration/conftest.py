@@ -17,6 +17,8 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import storage
 
 from coach_stream.errors import CoachStreamError
 from coach_stream.stack import LocalStack, default_cache_dir
@@ -92,6 +94,29 @@ def gcs_endpoint(request: pytest.FixtureRequest) -> Iterator[str]:
     endpoint = stack.gcs_endpoint()
     assert endpoint is not None
     yield endpoint
+
+
+@pytest.fixture
+def gcs_client(gcs_endpoint: str) -> Iterator[storage.Client]:
+    """The real google-cloud-storage client, pointed at the emulator."""
+    client = storage.Client(
+        project="coach-stream-test",
+        credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
+        client_options={"api_endpoint": gcs_endpoint},
+    )
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def gcs_bucket(gcs_client: storage.Client) -> Iterator[str]:
+    """A fresh bucket for one test, emptied and deleted afterwards."""
+    name = f"test-{uuid.uuid4().hex[:12]}"
+    created = gcs_client.create_bucket(name)
+    yield name
+    for blob in gcs_client.list_blobs(name):
+        blob.delete()
+    created.delete()
 
 
 @pytest.fixture

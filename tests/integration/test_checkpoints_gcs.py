@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
 from coach_stream.checkpoints import (
@@ -35,17 +34,6 @@ from coach_stream.errors import (
 
 Store = GcsCheckpointStore | LocalCheckpointStore
 FAST_RETRY = RetryPolicy(attempts=3, initial_backoff_s=0.05, max_backoff_s=0.1, deadline_s=5)
-
-
-@pytest.fixture
-def gcs_client(gcs_endpoint: str) -> Iterator[storage.Client]:
-    client = storage.Client(
-        project="test",
-        credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
-        client_options={"api_endpoint": gcs_endpoint},
-    )
-    yield client
-    client.close()
 
 
 @pytest.fixture

@@ -60,22 +60,6 @@ def run(settings: KafkaSettings) -> tuple[str, RunTopics]:
     return run_id, topics
 
 
-@pytest.fixture
-def gcs_bucket(gcs_endpoint: str) -> Iterator[str]:
-    client = storage.Client(
-        project="test",
-        credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
-        client_options={"api_endpoint": gcs_endpoint},
-    )
-    name = f"ctl-{uuid.uuid4().hex[:12]}"
-    created = client.create_bucket(name)
-    yield name
-    for blob in client.list_blobs(name):
-        blob.delete()
-    created.delete()
-    client.close()
-
-
 @pytest.fixture(params=["gcs", "local"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "gcs":

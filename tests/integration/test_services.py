@@ -8,7 +8,6 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from google.api_core.exceptions import PreconditionFailed
-from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
 from coach_stream.stack import LocalStack
@@ -132,15 +131,6 @@ def test_messages_survive_a_broker_restart(
     messages = _consume_all(kafka_bootstrap, topic, f"g-{unique_name}", MESSAGES)
     assert sorted((m.key(), m.value()) for m in messages) == sorted(  # type: ignore[attr-defined]
         kv for values in acked.values() for kv in values
-    )
-
-
-@pytest.fixture
-def gcs_client(gcs_endpoint: str) -> storage.Client:
-    return storage.Client(
-        project="coach-stream-test",
-        credentials=AnonymousCredentials(),
-        client_options={"api_endpoint": gcs_endpoint},
     )
 
 

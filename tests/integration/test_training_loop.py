@@ -17,8 +17,6 @@ from typing import Any
 
 import pytest
 import torch
-from google.auth.credentials import AnonymousCredentials
-from google.cloud import storage
 
 from coach_stream.checkpoints import open_store
 from coach_stream.config import Preset, load_preset
@@ -36,22 +34,6 @@ from coach_stream.transport.control import KafkaControlPublisher, KafkaControlSu
 from coach_stream.transport.reader import KafkaExperienceReader
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 from coach_stream.transport.writer import KafkaExperienceWriter
-
-
-@pytest.fixture
-def gcs_bucket(gcs_endpoint: str) -> Iterator[str]:
-    client = storage.Client(
-        project="test",
-        credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
-        client_options={"api_endpoint": gcs_endpoint},
-    )
-    name = f"train-{uuid.uuid4().hex[:12]}"
-    bucket = client.create_bucket(name)
-    yield name
-    for blob in client.list_blobs(name):
-        blob.delete()
-    bucket.delete()
-    client.close()
 
 
 @dataclass
