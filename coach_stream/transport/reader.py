@@ -14,13 +14,12 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Literal, Self
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from coach_stream.codec import decode_chunk
-from coach_stream.core import ExperienceChunk, Positions
+from coach_stream.core import ClosingContext, ExperienceChunk, Positions
 from coach_stream.errors import ConfigError, DecodeError, ServiceUnavailableError
 from coach_stream.transport.admin import unreachable
 from coach_stream.transport.settings import KafkaSettings, RunTopics
@@ -41,7 +40,7 @@ class ReaderStats:
     bytes: int = 0
 
 
-class KafkaExperienceReader:
+class KafkaExperienceReader(ClosingContext):
     """``core.ExperienceReader`` over the run's experience topic."""
 
     def __init__(
@@ -111,14 +110,6 @@ class KafkaExperienceReader:
     def __enter__(self) -> Self:
         self.open()
         return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _client(self) -> Consumer:
         if self._consumer is None:

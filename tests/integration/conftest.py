@@ -109,9 +109,15 @@ def gcs_client(gcs_endpoint: str) -> Iterator[storage.Client]:
 
 
 @pytest.fixture
-def gcs_bucket(gcs_client: storage.Client) -> Iterator[str]:
+def gcs_bucket_prefix() -> str:
+    """How ``gcs_bucket`` names start; a test module may override it."""
+    return "test"
+
+
+@pytest.fixture
+def gcs_bucket(gcs_client: storage.Client, gcs_bucket_prefix: str) -> Iterator[str]:
     """A fresh bucket for one test, emptied and deleted afterwards."""
-    name = f"test-{uuid.uuid4().hex[:12]}"
+    name = f"{gcs_bucket_prefix}-{uuid.uuid4().hex[:12]}"
     created = gcs_client.create_bucket(name)
     yield name
     for blob in gcs_client.list_blobs(name):

@@ -37,13 +37,13 @@ FAST_RETRY = RetryPolicy(attempts=3, initial_backoff_s=0.05, max_backoff_s=0.1, 
 
 
 @pytest.fixture
-def bucket(gcs_client: storage.Client) -> Iterator[str]:
-    name = f"ckpt-{uuid.uuid4().hex[:12]}"
-    created = gcs_client.create_bucket(name)
-    yield name
-    for blob in gcs_client.list_blobs(name):
-        blob.delete()
-    created.delete()
+def gcs_bucket_prefix() -> str:
+    return "ckpt"
+
+
+@pytest.fixture
+def bucket(gcs_bucket: str) -> str:
+    return gcs_bucket
 
 
 @pytest.fixture
