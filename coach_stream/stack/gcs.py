@@ -4,6 +4,11 @@ reaches through ``STORAGE_EMULATOR_HOST``.
 Built once with ``go install`` from the Go module proxy into the cache. Unlike the PyPI
 ``gcp-storage-emulator``, it enforces generation preconditions (``if_generation_match=0``),
 which create-only checkpoint writes depend on.
+
+It runs with its filesystem backend under the stack's directory, not in memory: a
+restarted emulator that forgot every object would make a resumed trainer find no state
+and silently start the run over (issue 8). Object metadata (the sha256 and writer token)
+goes into extended attributes, or a sidecar file where the filesystem has none.
 """
 
 from __future__ import annotations
@@ -17,15 +22,15 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from coach_stream import processes
 from coach_stream.errors import ServiceUnavailableError
-from coach_stream.stack import processes
-from coach_stream.stack.processes import ProcessRecord
+from coach_stream.processes import ProcessRecord
 
 FAKE_GCS_MODULE = "github.com/fsouza/fake-gcs-server"
 FAKE_GCS_VERSION = "v1.55.0"
 DEFAULT_BUCKET = "coach-stream"
-"""Created at every start (the emulator keeps buckets in memory), so ``gs://coach-stream/...``
-checkpoints work on the local stack with no setup."""
+"""Ensured at every start (created, or already there from an earlier run on the same data
+directory), so ``gs://coach-stream/...`` checkpoints work on the local stack with no setup."""
 
 
 def binary_path(bin_dir: Path) -> Path:
@@ -66,7 +71,12 @@ def provision(bin_dir: Path, log: Path) -> Path:
     return binary
 
 
-def start(binary: Path, port: int, log: Path) -> ProcessRecord:
+def start(binary: Path, port: int, log: Path, data: Path) -> ProcessRecord:
+    """Start the emulator on ``port``, keeping buckets and objects under ``data``.
+
+    ``data`` survives ``stop``/``start``: what a trainer stored is there after a restart.
+    """
+    data.mkdir(parents=True, exist_ok=True)
     argv = [
         str(binary),
         "-scheme",
@@ -78,7 +88,9 @@ def start(binary: Path, port: int, log: Path) -> ProcessRecord:
         "-public-host",
         f"127.0.0.1:{port}",
         "-backend",
-        "memory",
+        "filesystem",
+        "-filesystem-root",
+        str(data),
         "-log-level",
         "warn",
     ]

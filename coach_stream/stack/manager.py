@@ -3,8 +3,9 @@
 ``up`` is idempotent: services already healthy are left alone, missing ones are provisioned
 (first time only) and started. Ports are chosen free on the first ``up`` and kept with the
 Kafka log directory, so experience topics survive ``down``/``up`` (offline replay needs
-them); ``down --purge`` discards the data. ``down`` stops only processes this stack
-started, identified by pid and kernel start time.
+them), and fake-gcs-server keeps its objects on disk, so checkpoints survive too (a trainer
+resumes instead of starting over); ``down --purge`` discards both. ``down`` stops only
+processes this stack started, identified by pid and kernel start time.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from coach_stream import processes
 from coach_stream.errors import ServiceUnavailableError
-from coach_stream.stack import gcs, kafka, processes
-from coach_stream.stack.processes import ProcessRecord
+from coach_stream.processes import ProcessRecord
+from coach_stream.stack import gcs, kafka
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class LocalStack:
         self.state_file = self.home / "state.json"
         self.provision_log = self.home / "provision.log"
         self.gcs_log = self.home / "fake-gcs-server.log"
+        self.gcs_data = self.home / "gcs"  # buckets and objects: kept across down/up
 
     # ------------------------------------------------------------------ state
 
@@ -147,7 +150,7 @@ class LocalStack:
         port = entry.get("port")
         if port is None or not processes.port_is_free(port):
             port = processes.free_port()
-        record = gcs.start(binary, port, self.gcs_log)
+        record = gcs.start(binary, port, self.gcs_log, self.gcs_data)
         try:
             gcs.wait_ready(record, gcs.endpoint(port), self.gcs_log)
             gcs.create_bucket(gcs.endpoint(port))
@@ -170,6 +173,7 @@ class LocalStack:
                     entry.pop(key, None)
             if purge:
                 shutil.rmtree(self.kafka_layout.home, ignore_errors=True)
+                shutil.rmtree(self.gcs_data, ignore_errors=True)
                 state.clear()
         return stopped
 

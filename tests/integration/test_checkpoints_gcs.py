@@ -1,7 +1,8 @@
 """Checkpoint stores against fake-gcs-server (and the local directory store): the real API.
 
-Races, integrity, retention, the clear errors a user meets, and retries that tell our own
-lost response from a rival writer, all on the emulator over HTTP.
+Races, integrity, retention, the clear errors a user meets, retries that tell our own
+lost response from a rival writer, and objects that outlive an emulator restart, all on
+the emulator over HTTP.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from coach_stream.errors import (
     IntegrityError,
     StoreUnavailableError,
 )
+from coach_stream.stack import LocalStack, default_cache_dir, gcs
 
 Store = GcsCheckpointStore | LocalCheckpointStore
 FAST_RETRY = RetryPolicy(attempts=3, initial_backoff_s=0.05, max_backoff_s=0.1, deadline_s=5)
@@ -196,3 +198,37 @@ def test_worker_reads_any_announced_uri_in_the_bucket(bucket: str, gcs_endpoint:
     ):
         stored = writer.put(policy_key("r", 0), b"w")
         assert reader.get(stored.uri, expected_sha256=stored.sha256) == b"w"
+
+
+def test_stack_emulator_keeps_objects_across_a_restart(tmp_path: Path, gcs_endpoint: str) -> None:
+    """Issue 8: an emulator that forgot its objects made a resumed trainer start over.
+
+    A stack of this test's own (own state dir, own port; the shared one is never
+    restarted) reusing the cached binary: objects written before ``down`` are there after
+    ``up``, the default bucket's creation at the second start finds it and succeeds, and
+    create-only still holds; ``down --purge`` discards them.
+    """
+    del gcs_endpoint  # requested so that the shared stack has provisioned the binary
+    shared = LocalStack(default_cache_dir())
+    binary = gcs.provision(shared.gcs_bin_dir, tmp_path / "provision.log")
+    stack = LocalStack(tmp_path / "cache")
+    own_binary = gcs.binary_path(stack.gcs_bin_dir)
+    own_binary.parent.mkdir(parents=True)
+    own_binary.symlink_to(binary)
+    key = policy_key("r1", 0)
+    try:
+        stack.up(kafka_enabled=False, gcs_enabled=True)
+        endpoint = stack.gcs_endpoint()
+        with GcsCheckpointStore(gcs.DEFAULT_BUCKET, "exp", emulator_host=endpoint) as store:
+            stored = store.put(key, b"weights")
+        assert stack.down() == ["gcs"]
+        stack.up(kafka_enabled=False, gcs_enabled=True)
+        assert stack.gcs_endpoint() == endpoint  # the kept port was free again
+        with GcsCheckpointStore(gcs.DEFAULT_BUCKET, "exp", emulator_host=endpoint) as store:
+            assert store.list("runs/r1/") == [key]
+            assert store.get(stored.uri, expected_sha256=stored.sha256) == b"weights"
+            with pytest.raises(AlreadyExistsError):
+                store.put(key, b"other")
+    finally:
+        stack.down(purge=True)
+    assert not stack.gcs_data.exists()
