@@ -22,7 +22,6 @@ from pathlib import Path
 
 from coach_stream.core import RunSpec, TaskState, TaskStatus
 from coach_stream.errors import OrchestratorError
-from coach_stream.orchestrators.procgroup import terminate_groups
 from coach_stream.orchestrators.state import (
     TERMINAL_TASK_STATES,
     RunDirectory,
@@ -32,7 +31,7 @@ from coach_stream.orchestrators.state import (
     TaskRecord,
     list_runs,
 )
-from coach_stream.stack.processes import tail
+from coach_stream.processes import popen_detached, tail, terminate_groups
 
 
 class LocalOrchestrator:
@@ -82,14 +81,7 @@ class LocalOrchestrator:
             "--state-dir", str(self.state_dir), "--run-id", spec.run_id,
         ]  # fmt: skip
         with run_dir.supervisor_log.open("ab") as log:
-            process = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                close_fds=True,
-            )
+            process = popen_detached(argv, log)
         self._supervisors[spec.run_id] = process
         deadline = time.monotonic() + self._start_timeout_s
         while run_dir.read().state is RunState.STARTING:

@@ -21,7 +21,7 @@ from typing import Any
 
 from coach_stream.core import TaskSpec, TaskState, TaskStatus
 from coach_stream.errors import ConfigError, OrchestratorError
-from coach_stream.orchestrators.procgroup import ProcessRecord
+from coach_stream.processes import ProcessRecord
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
 TERMINAL_TASK_STATES = frozenset({TaskState.COMPLETE, TaskState.FAILED, TaskState.STOPPED})

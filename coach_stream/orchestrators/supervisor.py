@@ -15,7 +15,6 @@ import contextlib
 import importlib
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -27,11 +26,6 @@ from typing import BinaryIO, Protocol
 
 from coach_stream.core import TaskState
 from coach_stream.errors import OrchestratorError
-from coach_stream.orchestrators.procgroup import (
-    ProcessRecord,
-    process_start_time,
-    terminate_groups,
-)
 from coach_stream.orchestrators.state import (
     TERMINAL_TASK_STATES,
     RunDirectory,
@@ -40,6 +34,7 @@ from coach_stream.orchestrators.state import (
     TaskRecord,
 )
 from coach_stream.orchestrators.zygote import fork_module, forkable_module
+from coach_stream.processes import ProcessRecord, popen_detached, terminate_groups
 
 
 class _Child(Protocol):
@@ -86,7 +81,7 @@ class Supervisor:
                 f"launch a new run id instead."
             )
         me = os.getpid()
-        record.supervisor = ProcessRecord(me, process_start_time(me) or 0)
+        record.supervisor = ProcessRecord.of(me)
         self._record = record
         for module in record.config.preload:
             try:
@@ -171,7 +166,7 @@ class Supervisor:
         live.process = process
         live.started_at = time.monotonic()
         live.restart_at = None
-        live.record.process = ProcessRecord(process.pid, process_start_time(process.pid) or 0)
+        live.record.process = ProcessRecord.of(process.pid)
         live.record.state = TaskState.RUNNING
         live.record.exit_code = None
 
@@ -182,15 +177,7 @@ class Supervisor:
         module = forkable_module(argv, self._preloaded)
         if module is not None:
             return fork_module(module, argv[3:], env, log_path)
-        return subprocess.Popen(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=env,
-            close_fds=True,
-        )
+        return popen_detached(argv, log, env)
 
     def _check_exit(self, live: _Live, now: float) -> bool:
         if live.process is None or live.record.state is not TaskState.RUNNING:

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from coach_stream import processes
 from coach_stream.errors import ServiceUnavailableError
-from coach_stream.stack import processes
-from coach_stream.stack.processes import ProcessRecord
+from coach_stream.processes import ProcessRecord
 
 KAFKA_VERSION = "4.4.0"
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from coach_stream.stack import processes
+from coach_stream import processes
 
 
 def test_a_started_process_is_ours_until_stopped(tmp_path: Path) -> None:
@@ -14,6 +14,6 @@ def test_a_started_process_is_ours_until_stopped(tmp_path: Path) -> None:
         tmp_path / "child.log",
     )
     assert record.is_alive()
-    processes.stop(record, grace_seconds=5)
+    processes.stop(record, grace_s=5)
     assert not record.is_alive()
     assert processes.process_start_time(record.pid) is None

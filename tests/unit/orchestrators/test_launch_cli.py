@@ -14,7 +14,7 @@ from coach_stream.cli.main import main
 from coach_stream.core import RunSpec, TaskSpec, TaskState
 from coach_stream.orchestrators import LocalOrchestrator, RunState, SupervisorConfig
 from coach_stream.orchestrators.launcher import follow
-from coach_stream.orchestrators.procgroup import group_members
+from coach_stream.processes import group_members
 
 FAST = SupervisorConfig(initial_backoff_s=0.1, poll_interval_s=0.02, stop_grace_s=2.0, linger_s=0.3)
 

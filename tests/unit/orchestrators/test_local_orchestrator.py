@@ -16,7 +16,7 @@ import pytest
 from coach_stream.core import RunSpec, TaskSpec, TaskState
 from coach_stream.errors import OrchestratorError
 from coach_stream.orchestrators import LocalOrchestrator, RunState, SupervisorConfig
-from coach_stream.orchestrators.procgroup import group_members
+from coach_stream.processes import group_members
 
 FAST = SupervisorConfig(
     initial_backoff_s=0.1,

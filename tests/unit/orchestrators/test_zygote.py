@@ -12,8 +12,8 @@ import pytest
 
 from coach_stream.core import RunSpec, TaskSpec, TaskState
 from coach_stream.orchestrators import LocalOrchestrator, RunState, SupervisorConfig
-from coach_stream.orchestrators.procgroup import group_members
 from coach_stream.orchestrators.zygote import forkable_module
+from coach_stream.processes import group_members
 
 # `colorsys` is imported by nothing at interpreter start: finding it in sys.modules proves
 # the task is a fork of the supervisor that preloaded it, not a fresh interpreter.

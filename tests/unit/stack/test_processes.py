@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from coach_stream.errors import ServiceUnavailableError
-from coach_stream.stack import default_cache_dir, processes
+from coach_stream import processes
+from coach_stream.stack import default_cache_dir
 
 
 def test_a_reused_pid_is_not_ours() -> None:
