@@ -17,7 +17,8 @@ from pathlib import Path
 
 from coach_stream.core import RunSpec, TaskSpec
 from coach_stream.errors import ConfigError
-from coach_stream.orchestrators.state import SupervisorConfig, check_run_id
+from coach_stream.orchestrators.state import SupervisorConfig
+from coach_stream.runids import check_run_id
 
 CLI_MODULE = "coach_stream.cli.main"
 """Every task runs ``<python> -m coach_stream.cli.main <command>``."""

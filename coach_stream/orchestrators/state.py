@@ -12,7 +12,6 @@ from __future__ import annotations
 import enum
 import json
 import os
-import re
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -20,21 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from coach_stream.core import TaskSpec, TaskState, TaskStatus
-from coach_stream.errors import ConfigError, OrchestratorError
+from coach_stream.errors import OrchestratorError
 from coach_stream.processes import ProcessRecord
+from coach_stream.runids import check_run_id
 
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
 TERMINAL_TASK_STATES = frozenset({TaskState.COMPLETE, TaskState.FAILED, TaskState.STOPPED})
-
-
-def check_run_id(run_id: str) -> str:
-    """Run ids name Kafka topics (``<prefix>.<run_id>.control``) and directories."""
-    if not _RUN_ID.match(run_id):
-        raise ConfigError(
-            f"Run id {run_id!r} is not valid; use up to 100 letters, digits, '_' or '-', "
-            f"starting with a letter or digit."
-        )
-    return run_id
 
 
 class RunState(enum.StrEnum):

@@ -16,10 +16,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from coach_stream.errors import ConfigError
+from coach_stream.runids import check_run_id
 
 ConfigValue = str | int | float | bool
 _GUARANTEES = {"enable.idempotence", "acks", "enable.auto.commit", "enable.auto.offset.store"}
-_TOPIC_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 _MAX_TOPIC = 249
 _CONNECTION_KEYS = ("security.", "sasl.", "ssl.", "socket.", "broker.", "client.")
 
@@ -125,11 +125,7 @@ class RunTopics:
 
     @classmethod
     def for_run(cls, run_id: str, prefix: str = "coach-stream") -> RunTopics:
-        if not _TOPIC_PART.fullmatch(run_id):
-            raise ConfigError(
-                f"Run id {run_id!r} cannot be part of a Kafka topic name; use only letters, "
-                "digits, '_' and '-', starting with a letter or digit."
-            )
+        check_run_id(run_id)
         base = f"{prefix}.{run_id}"
         if len(base) + len(".dead-letter") > _MAX_TOPIC:
             raise ConfigError(
