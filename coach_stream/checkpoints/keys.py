@@ -12,18 +12,13 @@ import hashlib
 import re
 
 from coach_stream.errors import CheckpointError
+from coach_stream.runids import check_run_id
 
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _VERSIONED = re.compile(r"^runs/(?P<run>[^/]+)/(?:policies|trainer)/(?P<version>\d{8,})\.pt$")
 
 
 def _checked_run_id(run_id: str) -> str:
-    if not _RUN_ID.match(run_id):
-        raise CheckpointError(
-            f"run id {run_id!r} cannot be used in a checkpoint key; use letters, digits, "
-            "'.', '_' or '-' only."
-        )
-    return run_id
+    return check_run_id(run_id, CheckpointError)
 
 
 def _checked_version(version: int) -> int:
