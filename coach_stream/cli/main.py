@@ -13,9 +13,10 @@ from collections.abc import Sequence
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from coach_stream import __version__
-from coach_stream.errors import CoachStreamError
+from coach_stream.errors import CoachStreamError, DeliveryError, ServiceUnavailableError
 
 COMMAND_MODULES: dict[str, str] = {
     "stack": "coach_stream.cli.stack",
@@ -64,29 +65,58 @@ def build_app(command: str | None = None) -> typer.Typer:
     return app
 
 
+EXIT_SOLVED = 0
+EXIT_NOT_SOLVED = 1
+EXIT_BAD_INPUT = 2
+"""Bad input or an error no retry can fix; the supervisor does not restart a task that exits 2."""
+EXIT_UNAVAILABLE = 3
+"""A service (Kafka, GCS) could not be reached in time; a later retry may succeed, so the
+supervisor restarts a task that exits 3 like a crashed one."""
+EXIT_INTERRUPTED = 130
+
+_TRANSIENT: tuple[type[CoachStreamError], ...] = (ServiceUnavailableError, DeliveryError)
+
+
+def exit_code_of(error: CoachStreamError) -> int:
+    """2 for what the user (or the config) must fix, 3 for an unreachable service."""
+    return EXIT_UNAVAILABLE if isinstance(error, _TRANSIENT) else EXIT_BAD_INPUT
+
+
+def _usage_line(error: typer.TyperException) -> str:
+    """A usage error as one line: what was wrong, then where the help is."""
+    message = " ".join(error.format_message().split())
+    ctx = getattr(error, "ctx", None)
+    command = getattr(ctx, "command_path", None) or "coach-stream"
+    return f"{message.rstrip('.')}; see `{command} --help`."
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; a ``CoachStreamError`` becomes one red line and exit code 2."""
+    """Run the CLI and return its exit code (see ``EXIT_*``); errors become one red line."""
     args = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in args if not a.startswith("-")), None)
     if command is None and "--version" in args:
         command = "--version"
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
-        build_app(command)(args=args, standalone_mode=False)
+        # In non-standalone mode click hands back the code of a `typer.Exit(n)` (and 130
+        # for Ctrl-C) as the return value instead of raising it, so the value must be used.
+        result = build_app(command)(args=args, standalone_mode=False)
     except CoachStreamError as error:
-        Console(stderr=True).print(f"[bold red]error:[/] {error}", highlight=False)
-        return 2
+        err.print(f"[bold red]error:[/] {escape(str(error))}")
+        return exit_code_of(error)
     except typer.Exit as done:
         return int(done.exit_code or 0)
-    except typer.Abort:
-        return 130
-    except Exception as error:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(error, click.ClickException):
-            error.show()
-            return int(error.exit_code)
-        raise
-    return 0
+    except (typer.Abort, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    except typer.TyperException as error:
+        if error.__class__.__name__ == "NoArgsIsHelpError":
+            # A bare `coach-stream` (or `coach-stream stack`): the help, and "nothing done".
+            typer.echo(error.format_message(), err=True)
+            return EXIT_BAD_INPUT
+        # Usage errors (unknown flag or command, --workers abc, a value out of range).
+        err.print(f"[bold red]error:[/] {escape(_usage_line(error))}")
+        return EXIT_BAD_INPUT if error.exit_code == 2 else int(error.exit_code)
+    return result if isinstance(result, int) and not isinstance(result, bool) else 0
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from coach_stream.errors import ServiceUnavailableError
+from coach_stream.errors import ConfigError
 from coach_stream.stack import LocalStack, default_cache_dir
 
 stack_app = typer.Typer(
@@ -65,7 +65,7 @@ def env(cache_dir: Path | None = CacheOption) -> None:
     """Print `export` lines for the clients: eval "$(coach-stream stack env)"."""
     variables = _stack(cache_dir).env()
     if not variables:
-        raise ServiceUnavailableError(
+        raise ConfigError(
             "The stack has never been started here; run `coach-stream stack up` first."
         )
     typer.echo("export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in variables.items()))
