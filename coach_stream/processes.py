@@ -38,6 +38,7 @@ __all__ = [
     "ProcessRecord",
     "free_port",
     "group_members",
+    "parse_stat",
     "popen_detached",
     "port_is_free",
     "process_start_time",
@@ -62,15 +63,20 @@ class _Stat:
     start_time: int  # clock ticks since boot
 
 
-def _stat(pid: int) -> _Stat | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
+def parse_stat(line: str) -> _Stat:
+    """The fields this module reads from one ``/proc/<pid>/stat`` line."""
     # The command name (field 2) may contain spaces and parentheses; the fields after
     # its last ")" are positional: state is field 3, pgrp field 5, starttime field 22.
-    fields = stat[stat.rindex(")") + 2 :].split()
+    fields = line[line.rindex(")") + 2 :].split()
     return _Stat(zombie=fields[0] == "Z", group=int(fields[2]), start_time=int(fields[19]))
+
+
+def _stat(pid: int) -> _Stat | None:
+    try:
+        line = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # gone, or never existed
+        return None
+    return parse_stat(line)
 
 
 def process_start_time(pid: int) -> int | None:

@@ -1,30 +1,13 @@
+"""What the stack needs from the machine: a cache dir, and tools named when missing."""
+
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
 
 from coach_stream.errors import ServiceUnavailableError
-from coach_stream import processes
 from coach_stream.stack import default_cache_dir
-
-
-def test_a_reused_pid_is_not_ours() -> None:
-    import os
-
-    me = processes.ProcessRecord(pid=os.getpid(), start_time=-1)
-    assert not me.is_alive()
-
-
-def test_a_taken_port_is_one_clear_error() -> None:
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        port = listener.getsockname()[1]
-        assert not processes.port_is_free(port)
-        with pytest.raises(ServiceUnavailableError, match=f"127.0.0.1:{port}.*already taken"):
-            processes.require_free_port(port, "the Kafka broker")
 
 
 def test_cache_dir_precedence(tmp_path: Path) -> None:
