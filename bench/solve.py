@@ -37,15 +37,18 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from coach_stream.algorithms import builder_for
 from coach_stream.config import Preset, load_preset
-from coach_stream.core import ExperienceChunk, LoadedPolicy, Mode, PolicyVersion, RunFinished
+from coach_stream.core import ExperienceChunk, LoadedPolicy, PolicyVersion, RunFinished
 from coach_stream.envs import SeedRole, env_seeds, env_shape, make_vector_env, process_seed
+from coach_stream.events import EventList
 from coach_stream.orchestrators import (
     LaunchSettings,
     LocalOrchestrator,
@@ -54,10 +57,7 @@ from coach_stream.orchestrators import (
     warm_supervisor,
 )
 from coach_stream.orchestrators.launcher import follow, prepare_topics
-from coach_stream.policies.actors import build_actor
-from coach_stream.rollout.events import EventList
-from coach_stream.rollout.worker import RolloutWorker, WorkerSettings
-from coach_stream.trainer.factory import build_learner
+from coach_stream.rollout.worker import RolloutWorker
 from coach_stream.transport.admin import ensure_run_topics
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 from coach_stream.transport.writer import KafkaExperienceWriter
@@ -227,13 +227,12 @@ def rollout_rate(preset: Preset, writer: Any, seconds: float) -> tuple[float, fl
     """
     envs = make_vector_env(preset.env_id, preset.rollout.num_envs)
     shape = env_shape(envs)
-    learner = build_learner(preset, shape, 1, torch.Generator().manual_seed(1))
+    builder = builder_for(preset)
+    learner = builder.make_learner(shape, 1, torch.Generator().manual_seed(1))
     version = PolicyVersion("bench", 0, "mem://0", "", 0, 0, 0, 0)
     policy = LoadedPolicy(version, dict(learner.policy_state_dict()))
-    actor = build_actor(preset, shape, False, process_seed(preset.seed, 0, SeedRole.ROLLOUT))
-    share = preset.ppo_config.num_steps if preset.mode is Mode.SYNC else preset.rollout.chunk_steps
-    settings = WorkerSettings("bench", 0, preset.mode, preset.rollout.chunk_steps, share,
-                              log_every_s=1e9)  # fmt: skip
+    actor = builder.make_actor(shape, False, process_seed(preset.seed, 0, SeedRole.ROLLOUT))
+    settings = replace(builder.make_worker_settings("bench", 0), log_every_s=1e9)
     seeds = env_seeds(preset.seed, 0, preset.rollout.num_envs, SeedRole.ROLLOUT)
     worker = RolloutWorker(envs, actor, writer, _FixedPolicy(policy), settings, seeds, EventList())
     worker.start()

@@ -59,7 +59,8 @@ class PPOConfig(_Frozen):
     """SYNC quota of steps of version v; default workers * num_envs * num_steps."""
     learning_rate: float = Field(default=1e-3, gt=0)
     anneal_lr: bool = True
-    """Decay the learning rate linearly to 0 over ``anneal_steps`` env steps."""
+    """Decay the learning rate linearly over ``anneal_steps`` env steps, down to a floor of
+    5 % of ``learning_rate`` (so a run that goes past ``anneal_steps`` still learns)."""
     anneal_steps: int | None = Field(default=None, ge=1)
     """Default: the preset's env_step_budget."""
     gamma: float = Field(default=0.98, gt=0, le=1)
@@ -154,13 +155,6 @@ class Preset(_Frozen):
         if self.dqn is None:
             raise ConfigError(f"Preset {self.name!r} has no 'dqn:' section; add one.")
         return self.dqn
-
-    def steps_per_update(self, workers: int) -> int:
-        """PPO's SYNC quota: explicit, or every worker's share of one version."""
-        ppo = self.ppo_config
-        if ppo.steps_per_update is not None:
-            return ppo.steps_per_update
-        return max(1, workers) * self.rollout.num_envs * ppo.num_steps
 
 
 def builtin_presets() -> list[str]:

@@ -1,21 +1,24 @@
 """The vocabulary of coach_stream: the records and the small interfaces the loops speak.
 
 Read this module and you know the system. Rollout workers, the trainer and the replay
-tools depend only on these protocols; Kafka, GCS and Nomad are wired in by the entry
-points (``coach_stream.cli``), and in-memory implementations live in
-``coach_stream.testing`` for unit tests.
+tools depend only on these protocols; Kafka and GCS are wired in by the entry points
+(``coach_stream.cli``), an ``Orchestrator`` starts a run's processes (local subprocesses;
+a Nomad implementation is planned, not written), and in-memory implementations live in
+``coach_stream.testing`` for unit tests. An algorithm is a ``Learner`` (trainer side) and
+an ``Actor`` (worker side), built from a preset by its builder (``coach_stream.algorithms``).
 
 The write path mirrors the read path::
 
-    # rollout worker                            # trainer
-    policy = source.wait_for(0, timeout=60)     reader.seek(state.positions)
+    # rollout worker                            # trainer (learner: PPO, DQN, ...)
+    actor.load(source.wait_for(0, timeout=60))  reader.seek(state.positions)
     with writer:                                while not done:
-        while source.finished is None:              chunks = reader.read(1024, timeout=0.1)
-            chunk = act(env, policy.state_dict)     learn(chunks)
-            writer.write(chunk)                     if time_to_publish:
-            newer = source.poll()                       blob = policy_to_bytes(model)
-            if newer is not None:                       announcer.publish_policy(blob, ...)
-                policy = newer                          save_state(reader.positions(), ...)
+        while source.finished is None:              chunks = reader.read(256, timeout=0.05)
+            action = actor.act(obs)                 learner.ingest(chunks, version)
+            obs, ... = envs.step(action.actions)    if learner.ready():
+            for chunk in chunker.add(action, ...):      metrics, publish = learner.learn(n)
+                writer.write(chunk)                     if publish:
+            if (newer := source.poll()):                    save_state(reader.positions())
+                actor.load(newer)                           announcer.publish_policy(...)
 
 and a checkpoint store sits between the announcer and the policy source::
 
@@ -23,19 +26,25 @@ and a checkpoint store sits between the announcer and the policy source::
     control.publish(PolicyVersion(version=7, uri=stored.uri, sha256=stored.sha256, ...))
     ...
     blob = store.get(version.uri, expected_sha256=version.sha256)  # verified read
+
+Every process reports progress through an ``EventSink`` (``coach_stream.events`` has the
+JSON-lines and in-memory ones).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
+
+if TYPE_CHECKING:  # annotations only: importing torch costs ~2 s, and the CLI's cheap
+    import torch  # commands (status, stack, --version) import this module
 
 # --------------------------------------------------------------------------- records
 
@@ -173,6 +182,28 @@ class Mode(enum.StrEnum):
     ASYNC = "async"  # off-policy: nobody waits
 
 
+@dataclass(frozen=True)
+class Action:
+    """One step's actions for every env, with the behaviour columns on-policy learning needs."""
+
+    actions: npt.NDArray[np.int64]
+    log_probs: npt.NDArray[np.float32] | None = None
+    values: npt.NDArray[np.float32] | None = None
+
+
+@dataclass(frozen=True)
+class Ingested:
+    """What a learner did with one batch of chunks (the trainer counts the stale ones)."""
+
+    used_steps: int
+    stale_chunks: int = 0
+    stale_steps: int = 0
+
+
+EventSink = Callable[[str, Mapping[str, object]], None]
+"""``sink(event, fields)``: report one event such as "progress" or "finished"."""
+
+
 # --------------------------------------------------------------------------- protocols
 
 
@@ -288,6 +319,50 @@ class PolicySource(Protocol):
         """The RunFinished message once it has been read."""
 
 
+class Actor(Protocol):
+    """A policy as the rollout loop uses it: batched acting, weights swapped per version."""
+
+    version: int
+
+    def load(self, policy: LoadedPolicy) -> None:
+        """Swap in new weights (raises ``IntegrityError`` and keeps the old ones if bad)."""
+
+    def act(self, obs: npt.NDArray[np.generic]) -> Action:
+        """Actions for a batch of observations (one row per env), in one forward pass."""
+
+
+class Learner(Protocol):
+    """One algorithm, as the trainer loop drives it (the loop owns what they share)."""
+
+    def ingest(self, chunks: Sequence[ExperienceChunk], version: int) -> Ingested:
+        """Take chunks read from the log; ``version`` is the newest announced version."""
+
+    def refill(self, chunks: Sequence[ExperienceChunk]) -> None:
+        """Chunks re-read from the log after a restart (replay refill; PPO ignores them)."""
+
+    def wants_data(self) -> bool:
+        """Whether the loop should read more experience before learning again."""
+
+    def ready(self) -> bool:
+        """Whether ``learn`` has something to do now."""
+
+    def learn(self, env_steps: int) -> tuple[dict[str, float], bool]:
+        """Some gradient steps: their metrics (bare names; the loop files them under
+        ``train/``) and whether to publish a policy version now."""
+
+    @property
+    def updates(self) -> int:
+        """Gradient steps taken so far."""
+
+    def policy_state_dict(self) -> Mapping[str, torch.Tensor]:
+        """The weights workers act with (what a policy version holds)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed for an exact resume: networks, optimizer, counters."""
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+
 class TaskState(enum.StrEnum):
     PENDING = "pending"
     RUNNING = "running"
@@ -325,7 +400,7 @@ class TaskStatus:
 
 @runtime_checkable
 class Orchestrator(Protocol):
-    """Starts and supervises a run's processes (local subprocesses or a Nomad job)."""
+    """Starts and supervises a run's processes (local subprocesses; Nomad is planned)."""
 
     def submit(self, spec: RunSpec) -> None: ...
 

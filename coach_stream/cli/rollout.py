@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 
 import typer
+from gymnasium.vector import VectorEnv
 
+from coach_stream.algorithms import builder_for
 from coach_stream.checkpoints import open_store
 from coach_stream.cli.train import (
     CheckpointsOption,
@@ -26,13 +29,13 @@ from coach_stream.cli.train import (
     load_run_preset,
     setup_process,
 )
+from coach_stream.config import Preset
 from coach_stream.control.policy_source import CheckpointPolicySource
-from coach_stream.core import Mode
+from coach_stream.core import Actor, EventSink, Mode, PolicySource, RunFinished
 from coach_stream.envs import SeedRole, env_seeds, env_shape, make_vector_env, process_seed
 from coach_stream.errors import ServiceUnavailableError
-from coach_stream.policies.actors import build_actor
+from coach_stream.events import JsonLines
 from coach_stream.rollout.evaluator import Evaluator
-from coach_stream.rollout.events import JsonLines
 from coach_stream.rollout.worker import RolloutWorker, WorkerSettings
 from coach_stream.transport.admin import check_broker
 from coach_stream.transport.control import KafkaControlPublisher, KafkaControlSubscriber
@@ -73,58 +76,99 @@ def rollout(
     settings = kafka_settings(kafka)
     topics = RunTopics.for_run(run_id, settings.topic_prefix)
     wait_for_topics(settings, topics, config.rollout.policy_wait_s)
-    role = SeedRole.EVALUATOR if evaluator else SeedRole.ROLLOUT
-    num_envs = config.eval_episodes if evaluator else config.rollout.num_envs
-    envs = make_vector_env(config.env_id, num_envs)
-    seeds = env_seeds(config.seed, worker_id, num_envs, role)
-    actor = build_actor(
-        config, env_shape(envs), evaluator, process_seed(config.seed, worker_id, role)
+    process = RolloutProcess(
+        config,
+        run_id,
+        worker_id,
+        evaluator,
+        settings,
+        topics,
+        checkpoint_url(checkpoints),
+        gcs_emulator,
     )
-    store = open_store(checkpoint_url(checkpoints), gcs_emulator_host=gcs_emulator)
-    task = "evaluator" if evaluator else f"rollout-{worker_id}"
-    events = JsonLines(sys.stdout, task)
-    # ASYNC workers fetch new weights on a background thread: poll() never stalls the envs.
-    background = config.mode is Mode.ASYNC and not evaluator
-    with (
-        store,
-        KafkaControlSubscriber(settings, topics) as control,
-        CheckpointPolicySource(control, store, run_id=run_id, background=background) as source,
-    ):
-        if evaluator:
-            with KafkaControlPublisher(settings, topics) as publisher:
-                finished = Evaluator(
-                    envs,
-                    actor,
-                    source,
-                    publisher,
-                    run_id,
-                    seeds,
-                    events,
-                    policy_wait_s=config.rollout.policy_wait_s,
-                ).run()
-        else:
-            share = (
-                config.ppo_config.num_steps
-                if config.mode is Mode.SYNC
-                else (config.rollout.chunk_steps)
-            )
-            worker_settings = WorkerSettings(
-                run_id,
-                worker_id,
-                config.mode,
-                config.rollout.chunk_steps,
-                share,
-                sync_wait_s=config.rollout.sync_wait_s,
-                max_lead_steps=config.rollout.async_max_lead_steps,
-                policy_wait_s=config.rollout.policy_wait_s,
-                log_every_s=config.trainer.log_every_s,
-            )
-            with KafkaExperienceWriter(settings, topics.experience) as writer:
-                finished = RolloutWorker(
-                    envs, actor, writer, source, worker_settings, seeds, events
-                ).run()
-    envs.close()
+    events = JsonLines(sys.stdout, process.task)
+    finished = process.run(events)
     events("exit", {"reason": finished.reason, "final_version": finished.final_version})
+
+
+@dataclass(frozen=True)
+class RolloutProcess:
+    """One rollout worker or the evaluator, with everything resolved from its flags."""
+
+    config: Preset
+    run_id: str
+    worker_id: int
+    evaluator: bool
+    kafka: KafkaSettings
+    topics: RunTopics
+    checkpoints_url: str
+    gcs_emulator: str | None
+
+    @property
+    def task(self) -> str:
+        return "evaluator" if self.evaluator else f"rollout-{self.worker_id}"
+
+    def run(self, events: EventSink) -> RunFinished:
+        """Build the envs and the actor, then act (or evaluate) until the run is finished."""
+        config, builder = self.config, builder_for(self.config)
+        role = SeedRole.EVALUATOR if self.evaluator else SeedRole.ROLLOUT
+        num_envs = config.eval_episodes if self.evaluator else config.rollout.num_envs
+        seeds = env_seeds(config.seed, self.worker_id, num_envs, role)
+        envs = make_vector_env(config.env_id, num_envs)
+        try:
+            seed = process_seed(config.seed, self.worker_id, role)
+            actor = builder.make_actor(env_shape(envs), self.evaluator, seed)
+            store = open_store(self.checkpoints_url, gcs_emulator_host=self.gcs_emulator)
+            # ASYNC workers fetch new weights on a background thread: poll() never stalls
+            # the envs. The evaluator waits for each version anyway.
+            background = config.mode is Mode.ASYNC and not self.evaluator
+            with (
+                store,
+                KafkaControlSubscriber(self.kafka, self.topics) as control,
+                CheckpointPolicySource(
+                    control, store, run_id=self.run_id, background=background
+                ) as source,
+            ):
+                if self.evaluator:
+                    return self._evaluate(envs, actor, source, seeds, events)
+                settings = builder.make_worker_settings(self.run_id, self.worker_id)
+                return self._act(envs, actor, source, settings, seeds, events)
+        finally:
+            envs.close()  # also when the broker, the store or a policy fails
+
+    def _evaluate(
+        self,
+        envs: VectorEnv,
+        actor: Actor,
+        source: PolicySource,
+        seeds: list[int],
+        events: EventSink,
+    ) -> RunFinished:
+        """Greedy rounds with the newest version, each reported on the control topic."""
+        with KafkaControlPublisher(self.kafka, self.topics) as publisher:
+            return Evaluator(
+                envs,
+                actor,
+                source,
+                publisher,
+                self.run_id,
+                seeds,
+                events,
+                policy_wait_s=self.config.rollout.policy_wait_s,
+            ).run()
+
+    def _act(
+        self,
+        envs: VectorEnv,
+        actor: Actor,
+        source: PolicySource,
+        settings: WorkerSettings,
+        seeds: list[int],
+        events: EventSink,
+    ) -> RunFinished:
+        """Act and write experience to the run's experience topic."""
+        with KafkaExperienceWriter(self.kafka, self.topics.experience) as writer:
+            return RolloutWorker(envs, actor, writer, source, settings, seeds, events).run()
 
 
 def register(app: typer.Typer) -> None:

@@ -15,12 +15,12 @@ from pathlib import Path
 import torch
 import typer
 
+from coach_stream.algorithms import builder_for
 from coach_stream.checkpoints import open_store
 from coach_stream.config import Preset, load_preset
 from coach_stream.envs import SeedRole, probe_shape, process_seed
 from coach_stream.errors import ConfigError
-from coach_stream.rollout.events import JsonLines
-from coach_stream.trainer.factory import build_learner, trainer_settings
+from coach_stream.events import JsonLines
 from coach_stream.trainer.loop import Trainer
 from coach_stream.transport.admin import ensure_run_topics
 from coach_stream.transport.control import KafkaControlPublisher, KafkaControlSubscriber
@@ -102,14 +102,15 @@ def train(
         # delaying version 0, which every worker is waiting for, by ~0.5 s.
         publisher.open()
         generator = torch.Generator().manual_seed(process_seed(config.seed, 0, SeedRole.TRAINER))
-        learner = build_learner(config, probe_shape(config.env_id), workers, generator)
+        builder = builder_for(config)
+        learner = builder.make_learner(probe_shape(config.env_id), workers, generator)
         trainer = Trainer(
             learner,
             reader,
             control,
             publisher,
             store,
-            trainer_settings(config, run_id),
+            builder.make_trainer_settings(run_id),
             JsonLines(sys.stdout, "trainer"),
             generator,
         )

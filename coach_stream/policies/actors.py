@@ -1,48 +1,26 @@
-"""Actors: a network plus the acting rule, loaded from a verified policy version.
+"""Actors (``core.Actor``): a network plus the acting rule, loaded from a verified policy version.
 
 A rollout worker holds one actor and calls ``act`` once per vector-env step with the whole
 batch of observations (one forward pass for all envs). PPO samples from its categorical
 policy and reports the behaviour log-prob and value; DQN acts epsilon-greedily, with an
 epsilon derived from the env steps the trainer had consumed when it published the version
 (so every worker follows the same schedule without talking to the others). ``greedy``
-actors (the evaluator) take the arg-max and never explore.
+actors (the evaluator) take the arg-max and never explore. Each algorithm's builder
+(``coach_stream.algorithms``) picks its actor.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 import torch
 
-from coach_stream.config import DQNConfig, Preset
-from coach_stream.core import LoadedPolicy
-from coach_stream.envs import EnvShape
+from coach_stream.config import DQNConfig
+from coach_stream.core import Action, LoadedPolicy
 from coach_stream.errors import IntegrityError
 from coach_stream.policies.networks import ActorCritic, QNetwork
-
-
-@dataclass(frozen=True)
-class Action:
-    """One step's actions for every env, with the behaviour columns on-policy learning needs."""
-
-    actions: npt.NDArray[np.int64]
-    log_probs: npt.NDArray[np.float32] | None = None
-    values: npt.NDArray[np.float32] | None = None
-
-
-class Actor(Protocol):
-    """What the rollout loop needs from a policy."""
-
-    version: int
-
-    def load(self, policy: LoadedPolicy) -> None:
-        """Swap in new weights (raises ``IntegrityError`` and keeps the old ones if bad)."""
-
-    def act(self, obs: npt.NDArray[np.generic]) -> Action: ...
 
 
 def _load_into(module: torch.nn.Module, state_dict: Mapping[str, object], version: int) -> None:
@@ -113,8 +91,8 @@ class DQNActor:
         n = obs.shape[0]
         eps = self.epsilon
         self._own_steps += n
-        if eps >= 1.0:
-            uniform = self._rng.integers(0, self._num_actions(), size=n, dtype=np.int64)
+        if eps >= 1.0:  # skip the forward pass while acting uniformly at random
+            uniform = self._rng.integers(0, self.net.num_actions, size=n, dtype=np.int64)
             return Action(actions=np.asarray(uniform, dtype=np.int64))
         q = self.net(torch.as_tensor(obs, dtype=torch.float32))
         actions = q.argmax(-1).numpy().astype(np.int64)
@@ -123,16 +101,3 @@ class DQNActor:
             random_actions = self._rng.integers(0, q.shape[-1], n, dtype=np.int64)
             actions = np.where(explore, random_actions, actions)
         return Action(actions=actions)
-
-    def _num_actions(self) -> int:
-        last = self.net.net[-1]
-        assert isinstance(last, torch.nn.Linear)
-        return int(last.out_features)
-
-
-def build_actor(preset: Preset, shape: EnvShape, greedy: bool, seed: int) -> Actor:
-    """The actor for ``preset.algorithm`` with freshly initialised weights (replaced on load)."""
-    torch.manual_seed(seed)
-    if preset.algorithm == "ppo":
-        return PPOActor(ActorCritic(shape, preset.network), greedy, seed)
-    return DQNActor(QNetwork(shape, preset.network), preset.dqn_config, greedy, seed)

@@ -67,6 +67,7 @@ class QNetwork(nn.Module):
 
     def __init__(self, shape: EnvShape, config: NetworkConfig) -> None:
         super().__init__()
+        self.num_actions = shape.num_actions
         self.net = _mlp(shape.obs_dim, config, shape.num_actions, 1.0)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:

@@ -17,8 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from coach_stream.core import ExperienceChunk
-from coach_stream.policies.actors import Action
+from coach_stream.core import Action, ExperienceChunk
 
 
 class Chunker:

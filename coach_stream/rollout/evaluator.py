@@ -15,10 +15,15 @@ from collections.abc import Sequence
 import numpy as np
 from gymnasium.vector import VectorEnv
 
-from coach_stream.core import ControlPublisher, EvaluationReport, PolicySource, RunFinished
+from coach_stream.core import (
+    Actor,
+    ControlPublisher,
+    EvaluationReport,
+    EventSink,
+    PolicySource,
+    RunFinished,
+)
 from coach_stream.errors import IntegrityError, RunEndedError
-from coach_stream.policies.actors import Actor
-from coach_stream.rollout.events import EventSink
 from coach_stream.rollout.worker import first_policy
 
 

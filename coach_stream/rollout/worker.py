@@ -28,6 +28,8 @@ import numpy as np
 from gymnasium.vector import VectorEnv
 
 from coach_stream.core import (
+    Actor,
+    EventSink,
     ExperienceChunk,
     ExperienceWriter,
     LoadedPolicy,
@@ -36,9 +38,7 @@ from coach_stream.core import (
     RunFinished,
 )
 from coach_stream.errors import IntegrityError, RunEndedError, ServiceUnavailableError
-from coach_stream.policies.actors import Actor
 from coach_stream.rollout.chunker import Chunker
-from coach_stream.rollout.events import EventSink
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,8 @@ class WorkerSettings:
     chunk_steps: int
     share_steps: int
     """Steps per env acted with one version before syncing (SYNC) or polling (ASYNC)."""
+    behaviour: bool = False
+    """Write the actor's log-probs and values into each chunk (on-policy learners need them)."""
     sync_wait_s: float = 2.0
     policy_wait_s: float = 120.0
     log_every_s: float = 1.0
@@ -95,7 +97,7 @@ class RolloutWorker:
             settings.chunk_steps,
             tuple(obs_space.shape),
             np.dtype(obs_space.dtype),
-            behaviour=settings.mode is Mode.SYNC,
+            behaviour=settings.behaviour,
         )
         self.env_steps = 0
         self.chunks_written = 0

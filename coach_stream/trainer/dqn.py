@@ -23,9 +23,8 @@ import torch.nn.functional as F
 from torch import nn, optim
 
 from coach_stream.config import DQNConfig
-from coach_stream.core import ExperienceChunk
+from coach_stream.core import ExperienceChunk, Ingested
 from coach_stream.policies.networks import QNetwork
-from coach_stream.trainer.learner import Ingested
 from coach_stream.trainer.replay import ReplayBuffer, SamplesPerInsertLimiter
 
 _STEPS_PER_LEARN = 32  # gradient steps per learn() call: bounds the loop's reaction time

@@ -33,14 +33,14 @@ from coach_stream.core import (
     ControlMessage,
     ControlPublisher,
     EvaluationReport,
+    EventSink,
     ExperienceChunk,
     ExperienceReader,
+    Learner,
     PolicyVersion,
     RunFinished,
 )
 from coach_stream.errors import CheckpointError
-from coach_stream.rollout.events import EventSink
-from coach_stream.trainer.learner import Learner
 from coach_stream.trainer.state import TrainerState, state_from_bytes, state_to_bytes
 
 log = logging.getLogger(__name__)

@@ -22,9 +22,8 @@ import torch
 from torch import nn, optim
 
 from coach_stream.config import PPOConfig
-from coach_stream.core import ExperienceChunk
+from coach_stream.core import ExperienceChunk, Ingested
 from coach_stream.policies.networks import ActorCritic
-from coach_stream.trainer.learner import Ingested
 
 
 def gae(

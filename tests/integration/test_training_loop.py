@@ -12,22 +12,22 @@ import contextlib
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
 import torch
 
+from coach_stream.algorithms import builder_for
+from coach_stream.algorithms.ppo import PPOBuilder
 from coach_stream.checkpoints import open_store
 from coach_stream.config import Preset, load_preset
 from coach_stream.control.policy_source import CheckpointPolicySource
 from coach_stream.core import CheckpointStore, Mode
 from coach_stream.envs import SeedRole, env_seeds, env_shape, make_vector_env, process_seed
-from coach_stream.policies.actors import build_actor
-from coach_stream.rollout.events import EventList
-from coach_stream.rollout.worker import RolloutWorker, WorkerSettings
+from coach_stream.events import EventList
+from coach_stream.rollout.worker import RolloutWorker
 from coach_stream.trainer.dqn import DQN
-from coach_stream.trainer.factory import build_learner, trainer_settings
 from coach_stream.trainer.loop import Trainer
 from coach_stream.transport.admin import ensure_run_topics
 from coach_stream.transport.control import KafkaControlPublisher, KafkaControlSubscriber
@@ -47,6 +47,7 @@ class KafkaRun:
 
     def __post_init__(self) -> None:
         torch.set_num_threads(1)
+        self.builder = builder_for(self.preset)
         self.topics = RunTopics.for_run(self.run_id, self.kafka.topic_prefix)
         ensure_run_topics(self.kafka, self.topics, experience_partitions=self.workers)
         self.trainer_events = EventList()
@@ -66,12 +67,12 @@ class KafkaRun:
         control = self.stack.enter_context(KafkaControlSubscriber(self.kafka, self.topics))
         publisher = self.stack.enter_context(KafkaControlPublisher(self.kafka, self.topics))
         return Trainer(
-            build_learner(self.preset, shape, self.workers, generator),
+            self.builder.make_learner(shape, self.workers, generator),
             reader,
             control,
             publisher,
             self.store,
-            trainer_settings(self.preset, self.run_id),
+            self.builder.make_trainer_settings(self.run_id),
             self.trainer_events,
             generator,
         )
@@ -79,10 +80,12 @@ class KafkaRun:
     def _worker(self, worker_id: int) -> RolloutWorker:
         p = self.preset
         envs = make_vector_env(p.env_id, p.rollout.num_envs)
-        actor = build_actor(
-            p, env_shape(envs), greedy=False, seed=process_seed(p.seed, worker_id, SeedRole.ROLLOUT)
+        actor = self.builder.make_actor(
+            env_shape(envs), greedy=False, seed=process_seed(p.seed, worker_id, SeedRole.ROLLOUT)
         )
-        share = p.ppo_config.num_steps if p.mode is Mode.SYNC else p.rollout.chunk_steps
+        settings = replace(
+            self.builder.make_worker_settings(self.run_id, worker_id), policy_wait_s=30.0
+        )
         control = self.stack.enter_context(KafkaControlSubscriber(self.kafka, self.topics))
         writer = self.stack.enter_context(KafkaExperienceWriter(self.kafka, self.topics.experience))
         return RolloutWorker(
@@ -90,9 +93,7 @@ class KafkaRun:
             actor,
             writer,
             CheckpointPolicySource(control, self.store, run_id=self.run_id),
-            WorkerSettings(
-                self.run_id, worker_id, p.mode, p.rollout.chunk_steps, share, policy_wait_s=30.0
-            ),
+            settings,
             env_seeds(p.seed, worker_id, p.rollout.num_envs, SeedRole.ROLLOUT),
             EventList(),
         )
@@ -138,7 +139,8 @@ def test_ppo_sync_versions_flow_and_a_killed_trainer_resumes(kafka_run: Any) -> 
     killed = run.trainer
     stored_version = killed.version
     stored_steps = killed.env_steps
-    assert stored_steps >= 3 * run.preset.steps_per_update(2)
+    builder = PPOBuilder(run.preset)
+    assert stored_steps >= 3 * builder.steps_per_update(2)
     assert killed.dropped_stale == 0
     keys = run.store.list(f"runs/{run.run_id}/")
     assert f"runs/{run.run_id}/trainer/{stored_version:08d}.pt" in keys
@@ -157,7 +159,7 @@ def test_ppo_sync_versions_flow_and_a_killed_trainer_resumes(kafka_run: Any) -> 
     run.advance(versions=2)  # the shares acted meanwhile count for the same version
     assert run.trainer.version == stored_version + 2
     # at most the surplus shares of version v (acted during the outage) arrive too late
-    share = run.preset.ppo_config.num_steps * run.preset.rollout.num_envs
+    share = builder.make_worker_settings(run.run_id, 0).share_steps * run.preset.rollout.num_envs
     assert run.trainer.dropped_stale_steps <= 2 * share
 
 

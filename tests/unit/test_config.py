@@ -29,7 +29,6 @@ def test_overrides_are_parsed_as_yaml() -> None:
     preset = load_preset("cartpole-ppo", ["ppo.learning_rate=0.01", "rollout.num_envs=4"])
     assert preset.ppo_config.learning_rate == 0.01
     assert preset.rollout.num_envs == 4
-    assert preset.steps_per_update(workers=3) == 3 * 4 * preset.ppo_config.num_steps
 
 
 @pytest.mark.parametrize("override", ["ppo.lr=1", "rollout.envs=3", "colour=red"])

@@ -5,8 +5,8 @@ from typing import Any
 
 import numpy as np
 
+from coach_stream.core import Action
 from coach_stream.envs import SeedRole, env_seeds, make_vector_env
-from coach_stream.policies.actors import Action
 from coach_stream.rollout.chunker import Chunker
 
 

@@ -11,14 +11,14 @@ from dataclasses import dataclass, field, replace
 import pytest
 import torch
 
+from coach_stream.algorithms import builder_for
 from coach_stream.config import Preset
 from coach_stream.control.policy_source import CheckpointPolicySource
-from coach_stream.core import Mode, RunFinished
+from coach_stream.core import RunFinished
 from coach_stream.envs import SeedRole, env_seeds, env_shape, make_vector_env, process_seed
-from coach_stream.policies.actors import build_actor
+from coach_stream.events import EventList
 from coach_stream.rollout.evaluator import Evaluator
-from coach_stream.rollout.events import EventList
-from coach_stream.rollout.worker import RolloutWorker, WorkerSettings
+from coach_stream.rollout.worker import RolloutWorker
 from coach_stream.testing.memory_control import (
     MemoryControlLog,
     MemoryControlPublisher,
@@ -30,7 +30,6 @@ from coach_stream.testing.memory_log import (
     MemoryLog,
 )
 from coach_stream.testing.memory_store import MemoryCheckpointStore
-from coach_stream.trainer.factory import build_learner, trainer_settings
 from coach_stream.trainer.loop import Trainer
 
 
@@ -48,12 +47,13 @@ class InProcessRun:
 
     def __post_init__(self) -> None:
         torch.set_num_threads(1)
+        self.builder = builder_for(self.preset)
         self.trainer = self.new_trainer()
         self.rollouts = [self._worker(i) for i in range(self.workers)]
         self.eval: Evaluator | None = None
         if self.evaluator:
             envs = make_vector_env(self.preset.env_id, self.preset.eval_episodes)
-            actor = build_actor(self.preset, env_shape(envs), greedy=True, seed=0)
+            actor = self.builder.make_actor(env_shape(envs), greedy=True, seed=0)
             self.eval = Evaluator(
                 envs,
                 actor,
@@ -75,9 +75,9 @@ class InProcessRun:
         shape = env_shape(envs)
         envs.close()
         # check the control topic on every iteration: the test decides when things happen
-        settings = replace(trainer_settings(self.preset, self.run_id), control_poll_s=0.0)
+        settings = replace(self.builder.make_trainer_settings(self.run_id), control_poll_s=0.0)
         return Trainer(
-            build_learner(self.preset, shape, self.workers, generator),
+            self.builder.make_learner(shape, self.workers, generator),
             MemoryExperienceReader(self.log),
             MemoryControlSubscriber(self.control),
             MemoryControlPublisher(self.control),
@@ -93,19 +93,14 @@ class InProcessRun:
     def _worker(self, worker_id: int) -> RolloutWorker:
         p = self.preset
         envs = make_vector_env(p.env_id, p.rollout.num_envs)
-        actor = build_actor(
-            p, env_shape(envs), greedy=False, seed=process_seed(p.seed, worker_id, SeedRole.ROLLOUT)
+        actor = self.builder.make_actor(
+            env_shape(envs), greedy=False, seed=process_seed(p.seed, worker_id, SeedRole.ROLLOUT)
         )
-        share = p.ppo_config.num_steps if p.mode is Mode.SYNC else p.rollout.chunk_steps
-        settings = WorkerSettings(
-            self.run_id,
-            worker_id,
-            p.mode,
-            p.rollout.chunk_steps,
-            share,
+        # short waits: every "worker" lives in this thread, so nobody else will move meanwhile
+        settings = replace(
+            self.builder.make_worker_settings(self.run_id, worker_id),
             sync_wait_s=0.01,
             policy_wait_s=1.0,
-            max_lead_steps=p.rollout.async_max_lead_steps,
         )
         return RolloutWorker(
             envs,

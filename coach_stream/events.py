@@ -1,8 +1,10 @@
 """Machine-readable progress: one JSON object per line on stdout.
 
 Every process of a run (trainer, rollout workers, evaluator) reports through an
-``EventSink`` it is given, so loops stay testable (a list collects events in tests) and
-the launcher can follow a run by parsing stdout. Human-readable logging goes to stderr.
+``EventSink`` (``coach_stream.core``) it is given, so loops stay testable (a list collects
+events in tests) and the launcher can follow a run by parsing stdout. Human-readable
+logging goes to stderr. This module sits beside ``core`` rather than in a loop's package,
+so the trainer and the rollout side both import it without importing each other.
 """
 
 from __future__ import annotations
@@ -10,11 +12,8 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TextIO
-
-EventSink = Callable[[str, Mapping[str, object]], None]
-"""``sink(event, fields)``: report one event such as "progress" or "finished"."""
 
 
 def _clean(value: object) -> object:

@@ -1,0 +1,64 @@
+"""One builder per algorithm, chosen by ``Preset.algorithm`` (Acme's ``ActorLearnerBuilder``).
+
+A builder turns a validated preset into the algorithm's parts: the trainer's ``Learner``,
+a worker's or the evaluator's ``Actor``, and the settings that depend on the algorithm
+(a worker's share of steps per version, whether chunks carry behaviour columns, whether
+the trainer refills a replay buffer from the log on resume). The entry points and the
+tests ask ``builder_for(preset)`` and never branch on the algorithm's name.
+
+Adding an algorithm (docs/algorithms.md, "Adding an algorithm"): write its learner,
+actor and builder (one new module here, or a learner file in ``trainer/`` beside it),
+give it a hyperparameter section in ``config.py``, and add one line to ``BUILDERS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+import torch
+
+from coach_stream.algorithms.dqn import DQNBuilder
+from coach_stream.algorithms.ppo import PPOBuilder
+from coach_stream.config import Preset
+from coach_stream.core import Actor, Learner
+from coach_stream.envs import EnvShape
+from coach_stream.errors import ConfigError
+from coach_stream.rollout.worker import WorkerSettings
+from coach_stream.trainer.loop import TrainerSettings
+
+
+class AlgorithmBuilder(Protocol):
+    """Everything that differs between algorithms, built from one preset."""
+
+    def make_learner(self, shape: EnvShape, workers: int, generator: torch.Generator) -> Learner:
+        """The trainer's learner with fresh networks (seeded from ``generator``'s seed)."""
+
+    def make_actor(self, shape: EnvShape, greedy: bool, seed: int) -> Actor:
+        """A worker's (or, ``greedy``, the evaluator's) actor; weights come with each version."""
+
+    def make_worker_settings(self, run_id: str, worker_id: int) -> WorkerSettings:
+        """A rollout worker's settings, its share of steps per version included."""
+
+    def make_trainer_settings(self, run_id: str) -> TrainerSettings:
+        """The trainer loop's settings for this algorithm."""
+
+
+BUILDERS: dict[str, Callable[[Preset], AlgorithmBuilder]] = {
+    "ppo": PPOBuilder,
+    "dqn": DQNBuilder,
+}
+"""``Preset.algorithm`` -> builder: the one place algorithm names meet classes."""
+
+
+def builder_for(preset: Preset) -> AlgorithmBuilder:
+    """The builder of ``preset.algorithm``."""
+    try:
+        make = BUILDERS[preset.algorithm]
+    except KeyError:
+        known = ", ".join(sorted(BUILDERS))
+        raise ConfigError(
+            f"Preset {preset.name!r} names algorithm {preset.algorithm!r}, which has no "
+            f"builder; use one of {known}."
+        ) from None
+    return make(preset)

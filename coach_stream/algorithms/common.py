@@ -1,0 +1,44 @@
+"""The settings every builder fills the same way from a preset; builders add their part."""
+
+from __future__ import annotations
+
+from coach_stream.config import Preset
+from coach_stream.rollout.worker import WorkerSettings
+from coach_stream.trainer.loop import TrainerSettings
+
+
+def worker_settings(
+    preset: Preset, run_id: str, worker_id: int, share_steps: int, behaviour: bool
+) -> WorkerSettings:
+    """A rollout worker's settings with the algorithm's share and behaviour-column choice."""
+    rollout = preset.rollout
+    return WorkerSettings(
+        run_id=run_id,
+        worker_id=worker_id,
+        mode=preset.mode,
+        chunk_steps=rollout.chunk_steps,
+        share_steps=share_steps,
+        behaviour=behaviour,
+        sync_wait_s=rollout.sync_wait_s,
+        policy_wait_s=rollout.policy_wait_s,
+        log_every_s=preset.trainer.log_every_s,
+        max_lead_steps=rollout.async_max_lead_steps,
+    )
+
+
+def trainer_settings(preset: Preset, run_id: str, refill: bool) -> TrainerSettings:
+    """The trainer loop's settings; ``refill``: re-read the log into replay on resume."""
+    trainer = preset.trainer
+    return TrainerSettings(
+        run_id=run_id,
+        target_return=preset.target_return,
+        eval_episodes=preset.eval_episodes,
+        env_step_budget=preset.env_step_budget,
+        read_batch=trainer.read_batch,
+        checkpoint_every=trainer.checkpoint_every,
+        keep_policies=trainer.keep_policies,
+        keep_trainer_states=trainer.keep_trainer_states,
+        log_every_s=trainer.log_every_s,
+        refill=refill,
+        refill_idle_s=trainer.refill_idle_s,
+    )
