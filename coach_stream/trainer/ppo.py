@@ -8,13 +8,15 @@ then runs ``update_epochs`` epochs of minibatch updates and asks for version v+1
 Advantages are computed per chunk: a chunk is a contiguous piece of one episode, and its
 last observation is the bootstrap row, so GAE needs nothing outside the chunk. Values are
 recomputed with the current network, which *is* version v, for every row including the
-bootstrap one; the behaviour log-probs come from the chunk.
+bootstrap one; the behaviour log-probs come from the chunk. ``learn`` is two steps:
+``build_batch`` (values, GAE, returns; no gradients) and ``PPO._update`` (the epochs).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,6 +26,8 @@ from torch import nn, optim
 from coach_stream.config import PPOConfig
 from coach_stream.core import ExperienceChunk, Ingested
 from coach_stream.policies.networks import ActorCritic
+
+_LR_FLOOR = 0.05  # of the initial learning rate: a run past anneal_steps still learns
 
 
 def gae(
@@ -52,6 +56,65 @@ def gae(
         last = delta + gamma * lam * nonterminal * last
         advantages[i] = last
     return advantages
+
+
+@dataclass(frozen=True)
+class PPOBatch:
+    """One version's steps as flat tensors (bootstrap rows removed) and the update's targets."""
+
+    observations: torch.Tensor  # (N, *obs_shape) float32: the observation each action was in
+    actions: torch.Tensor  # (N,) int64
+    log_probs: torch.Tensor  # (N,) behaviour log-probs, from the chunks
+    values: torch.Tensor  # (N,) V(observation) by the network that *is* version v
+    advantages: torch.Tensor  # (N,) GAE
+    returns: torch.Tensor  # (N,) advantages + values: the value targets
+
+    @property
+    def size(self) -> int:
+        return int(self.actions.shape[0])
+
+
+def build_batch(
+    chunks: Sequence[ExperienceChunk],
+    value_fn: Callable[[torch.Tensor], torch.Tensor],
+    gamma: float,
+    lam: float,
+) -> PPOBatch:
+    """The batch of one version: values of every row, GAE per chunk, bootstrap rows dropped.
+
+    Each chunk has T+1 observation rows; the last is its bootstrap row, valued for GAE and
+    then left out of the batch (no action was taken in it). ``value_fn`` is called once on
+    all rows of all chunks (one forward pass).
+    """
+    if any(ch.log_probs is None for ch in chunks):
+        raise ValueError("PPO batch chunks need behaviour log-probs (ingest keeps only those)")
+    obs = torch.from_numpy(
+        np.concatenate([ch.observations for ch in chunks]).astype(np.float32, copy=False)
+    )
+    lengths = np.array([ch.num_steps for ch in chunks])
+    rows_end = np.cumsum(lengths + 1)  # each chunk contributes T+1 observation rows
+    is_bootstrap = np.zeros(len(obs), dtype=np.bool_)
+    is_bootstrap[rows_end - 1] = True
+    all_values = value_fn(obs).numpy()
+    values = all_values[~is_bootstrap]
+    steps_end = np.cumsum(lengths) - 1  # each chunk's last step in the flat step arrays
+    chunk_end = np.zeros(len(values), dtype=np.bool_)
+    chunk_end[steps_end] = True
+    bootstrap = np.zeros(len(values), dtype=np.float32)
+    bootstrap[steps_end] = all_values[rows_end - 1]
+    rewards = np.concatenate([ch.rewards for ch in chunks])
+    terminated = np.concatenate([ch.terminated for ch in chunks])
+    advantages = gae(rewards, values, bootstrap, terminated, chunk_end, gamma, lam)
+    return PPOBatch(
+        observations=obs[torch.from_numpy(~is_bootstrap)],
+        actions=torch.from_numpy(np.concatenate([ch.actions for ch in chunks]).reshape(-1)),
+        log_probs=torch.from_numpy(
+            np.concatenate([ch.log_probs for ch in chunks if ch.log_probs is not None])
+        ),
+        values=torch.from_numpy(values),
+        advantages=torch.from_numpy(advantages),
+        returns=torch.from_numpy(advantages + values),
+    )
 
 
 class PPO:
@@ -108,40 +171,27 @@ class PPO:
     # ----------------------------------------------------------------- the update
 
     def learn(self, env_steps: int) -> tuple[dict[str, float], bool]:
-        c, net = self.config, self.net
+        """Build the batch of version v from the gathered chunks, then update on it."""
         chunks, self._batch, self._batch_steps = self._batch, [], 0
-        obs = torch.from_numpy(
-            np.concatenate([ch.observations for ch in chunks]).astype(np.float32, copy=False)
-        )
-        lengths = np.array([ch.num_steps for ch in chunks])
-        rows_end = np.cumsum(lengths + 1)  # each chunk contributes T+1 observation rows
-        is_bootstrap = np.zeros(len(obs), dtype=np.bool_)
-        is_bootstrap[rows_end - 1] = True
-        with torch.no_grad():
-            all_values = net.get_value(obs).numpy()
-        values, b_obs = all_values[~is_bootstrap], obs[torch.from_numpy(~is_bootstrap)]
-        bootstrap = np.zeros(len(values), dtype=np.float32)
-        chunk_end = np.zeros(len(values), dtype=np.bool_)
-        step_end = np.cumsum(lengths) - 1
-        chunk_end[step_end] = True
-        bootstrap[step_end] = all_values[rows_end - 1]
-        rewards = np.concatenate([ch.rewards for ch in chunks])
-        terminated = np.concatenate([ch.terminated for ch in chunks])
-        advantages = gae(rewards, values, bootstrap, terminated, chunk_end, c.gamma, c.gae_lambda)
-        b_returns = torch.from_numpy(advantages + values)
-        b_advantages = torch.from_numpy(advantages)
-        b_values = torch.from_numpy(values)
-        b_actions = torch.from_numpy(np.concatenate([ch.actions for ch in chunks]).reshape(-1))
-        b_logprobs = torch.from_numpy(
-            np.concatenate([ch.log_probs for ch in chunks if ch.log_probs is not None])
-        )
+        c = self.config
+        with torch.no_grad():  # the targets are fixed before the first gradient step
+            batch = build_batch(chunks, self.net.get_value, c.gamma, c.gae_lambda)
+        metrics = self._update(batch, self.learning_rate(env_steps))
+        self._updates += 1
+        return metrics, True  # on-policy: every update is a new version
 
-        # Annealing the learning rate (floored at 5%, so a run past anneal_steps still learns).
-        frac = max(0.05, 1.0 - env_steps / self.anneal_steps) if c.anneal_lr else 1.0
-        lr_now = frac * c.learning_rate
-        self.optimizer.param_groups[0]["lr"] = lr_now
+    def learning_rate(self, env_steps: int) -> float:
+        """Linear decay over ``anneal_steps`` env steps, floored at 5 % of the initial rate."""
+        c = self.config
+        if not c.anneal_lr:
+            return c.learning_rate
+        return max(_LR_FLOOR, 1.0 - env_steps / self.anneal_steps) * c.learning_rate
 
-        batch_size = len(values)
+    def _update(self, batch: PPOBatch, lr: float) -> dict[str, float]:
+        """``update_epochs`` epochs of minibatch steps on the clipped objective."""
+        c, net = self.config, self.net
+        self.optimizer.param_groups[0]["lr"] = lr
+        batch_size = batch.size
         minibatch = min(c.minibatch_size, batch_size)
         clipfracs: list[float] = []
         pg_loss = v_loss = entropy_loss = approx_kl = old_approx_kl = torch.zeros(())
@@ -150,15 +200,15 @@ class PPO:
             for start in range(0, batch_size, minibatch):
                 mb = order[start : start + minibatch]
                 _, newlogprob, entropy, newvalue = net.get_action_and_value(
-                    b_obs[mb], b_actions[mb]
+                    batch.observations[mb], batch.actions[mb]
                 )
-                logratio = newlogprob - b_logprobs[mb]
+                logratio = newlogprob - batch.log_probs[mb]
                 ratio = logratio.exp()
                 with torch.no_grad():
                     old_approx_kl = (-logratio).mean()
                     approx_kl = ((ratio - 1) - logratio).mean()
                     clipfracs.append(((ratio - 1.0).abs() > c.clip_coef).float().mean().item())
-                mb_adv = b_advantages[mb]
+                mb_adv = batch.advantages[mb]
                 if c.norm_adv and len(mb) > 1:
                     mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
 
@@ -168,14 +218,15 @@ class PPO:
                 pg_loss = torch.max(pg_loss1, pg_loss2).mean()
 
                 # Value loss, optionally clipped around the values the batch was built with.
+                mb_returns, mb_values = batch.returns[mb], batch.values[mb]
                 if c.clip_vloss:
-                    v_unclipped = (newvalue - b_returns[mb]) ** 2
-                    v_clipped = b_values[mb] + torch.clamp(
-                        newvalue - b_values[mb], -c.clip_coef, c.clip_coef
+                    v_unclipped = (newvalue - mb_returns) ** 2
+                    v_clipped = mb_values + torch.clamp(
+                        newvalue - mb_values, -c.clip_coef, c.clip_coef
                     )
-                    v_loss = 0.5 * torch.max(v_unclipped, (v_clipped - b_returns[mb]) ** 2).mean()
+                    v_loss = 0.5 * torch.max(v_unclipped, (v_clipped - mb_returns) ** 2).mean()
                 else:
-                    v_loss = 0.5 * ((newvalue - b_returns[mb]) ** 2).mean()
+                    v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()
 
                 entropy_loss = entropy.mean()
                 loss = pg_loss - c.ent_coef * entropy_loss + v_loss * c.vf_coef
@@ -186,24 +237,23 @@ class PPO:
                 self.optimizer.step()
             if c.target_kl is not None and approx_kl.item() > c.target_kl:
                 break
-        self._updates += 1
 
-        y_pred, y_true = b_values.numpy(), b_returns.numpy()
+        y_pred, y_true = batch.values.numpy(), batch.returns.numpy()
         var_y = float(np.var(y_true))
         explained_var = math.nan if var_y == 0 else 1 - float(np.var(y_true - y_pred)) / var_y
-        metrics = {
-            "learning_rate": lr_now,
-            "value_loss": v_loss.item(),
+        # The last minibatch's terms, as CleanRL logs them; "loss" is their weighted sum.
+        return {
+            "learning_rate": lr,
+            "loss": pg_loss.item() + c.vf_coef * v_loss.item() - c.ent_coef * entropy_loss.item(),
             "policy_loss": pg_loss.item(),
+            "value_loss": v_loss.item(),
             "entropy": entropy_loss.item(),
             "old_approx_kl": old_approx_kl.item(),
             "approx_kl": approx_kl.item(),
             "clipfrac": float(np.mean(clipfracs)) if clipfracs else 0.0,
             "explained_variance": explained_var,
             "batch_steps": float(batch_size),
-            "loss": pg_loss.item() + c.vf_coef * v_loss.item() - c.ent_coef * entropy_loss.item(),
         }
-        return metrics, True  # on-policy: every update is a new version
 
     # ----------------------------------------------------------------- state
 
