@@ -112,6 +112,10 @@ class TrainerConfig(_Frozen):
     """Policy versions between trainer-state checkpoints (PPO needs 1 for exact resume)."""
     keep_policies: int = Field(default=5, ge=1)
     """Policy checkpoints kept in the store; older ones are deleted (the newest never)."""
+    keep_trainer_states: int = Field(default=3, ge=1)
+    """Trainer-state checkpoints kept in the store (the same rule: the newest K survive)."""
+    refill_idle_s: float = Field(default=30.0, gt=0)
+    """A resuming DQN re-reads the log into replay; it stops short after this long idle."""
     log_every_s: float = Field(default=1.0, gt=0)
 
 

@@ -23,6 +23,10 @@ class DecodeError(CoachStreamError):
     """A record on the wire is not a valid message of a known schema."""
 
 
+class InvalidChunkError(DecodeError):
+    """A chunk decodes but does not fit its run (run id, shapes, dtypes, action range)."""
+
+
 class DeliveryError(CoachStreamError):
     """The broker did not acknowledge a produced record."""
 
@@ -57,3 +61,7 @@ class StoreUnavailableError(CheckpointError, ServiceUnavailableError):
 
 class RunEndedError(CoachStreamError):
     """The run finished while a worker was still waiting for a newer policy version."""
+
+
+class ResumeError(CoachStreamError):
+    """A run cannot be resumed as it was (e.g. versions were announced but no state is stored)."""

@@ -20,10 +20,16 @@ from coach_stream.checkpoints.keys import (
     sha256_hex,
     trainer_key,
     trainer_prefix,
+    verify_sha256,
     version_of,
 )
 from coach_stream.checkpoints.local import LocalCheckpointStore
-from coach_stream.checkpoints.retention import prune_policies, stored_policy_versions
+from coach_stream.checkpoints.retention import (
+    prune_policies,
+    prune_trainer_states,
+    stored_policy_versions,
+    stored_trainer_versions,
+)
 from coach_stream.checkpoints.retry import RetryPolicy
 from coach_stream.checkpoints.serialization import policy_from_bytes, policy_to_bytes
 from coach_stream.errors import ConfigError
@@ -38,10 +44,13 @@ __all__ = [
     "policy_key",
     "policy_to_bytes",
     "prune_policies",
+    "prune_trainer_states",
     "sha256_hex",
     "stored_policy_versions",
+    "stored_trainer_versions",
     "trainer_key",
     "trainer_prefix",
+    "verify_sha256",
     "version_of",
 ]
 

@@ -26,14 +26,13 @@ from google.auth import exceptions as auth_exc
 from google.cloud import storage
 from google.cloud.storage import exceptions as storage_exc
 
-from coach_stream.checkpoints.keys import check_key, sha256_hex
+from coach_stream.checkpoints.keys import check_key, sha256_hex, verify_sha256
 from coach_stream.checkpoints.retry import RetryPolicy, call_with_retry
 from coach_stream.core import ClosingContext, StoredObject
 from coach_stream.errors import (
     AlreadyExistsError,
     CheckpointError,
     CheckpointNotFoundError,
-    IntegrityError,
 )
 
 T = TypeVar("T")
@@ -144,14 +143,7 @@ class GcsCheckpointStore(ClosingContext):
             bucket_name=bucket_name,
             missing_object=where,
         )
-        if expected_sha256 is not None:
-            actual = sha256_hex(data)
-            if actual != expected_sha256:
-                raise IntegrityError(
-                    f"checkpoint {where} has sha256 {actual[:12]}… but {expected_sha256[:12]}… "
-                    "was announced; the object is corrupt or was replaced."
-                )
-        return data
+        return verify_sha256(data, expected_sha256, where)
 
     def list(self, prefix: str) -> list[str]:
         full = self._name(prefix) if prefix else (f"{self._prefix}/" if self._prefix else "")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from coach_stream.errors import CheckpointError
+from coach_stream.errors import CheckpointError, IntegrityError
 from coach_stream.runids import check_run_id
 
 _VERSIONED = re.compile(r"^runs/(?P<run>[^/]+)/(?:policies|trainer)/(?P<version>\d{8,})\.pt$")
@@ -56,6 +56,22 @@ def version_of(key: str) -> int | None:
 def sha256_hex(data: bytes) -> str:
     """The content hash announced with every policy version and checked on every read."""
     return hashlib.sha256(data).hexdigest()
+
+
+def verify_sha256(data: bytes, expected: str | None, where: str) -> bytes:
+    """``data`` if it hashes to ``expected`` (None: nothing announced, nothing to check).
+
+    The one check every store's ``get`` makes, so a mismatch reads the same wherever the
+    bytes came from: ``IntegrityError`` naming the object and both hashes.
+    """
+    if expected is not None:
+        actual = sha256_hex(data)
+        if actual != expected:
+            raise IntegrityError(
+                f"checkpoint {where} has sha256 {actual[:12]}… but {expected[:12]}… was "
+                "announced; it is corrupt or was replaced, so publish it again as a new version."
+            )
+    return data
 
 
 def check_key(key: str) -> str:

@@ -15,13 +15,12 @@ import uuid
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from coach_stream.checkpoints.keys import check_key, sha256_hex
+from coach_stream.checkpoints.keys import check_key, sha256_hex, verify_sha256
 from coach_stream.core import ClosingContext, StoredObject
 from coach_stream.errors import (
     AlreadyExistsError,
     CheckpointError,
     CheckpointNotFoundError,
-    IntegrityError,
 )
 
 _TMP_SUFFIX = ".tmp"
@@ -93,14 +92,7 @@ class LocalCheckpointStore(ClosingContext):
             ) from exc
         except OSError as exc:
             raise CheckpointError(f"could not read {path} ({exc}); check the disk.") from exc
-        if expected_sha256 is not None:
-            actual = sha256_hex(data)
-            if actual != expected_sha256:
-                raise IntegrityError(
-                    f"checkpoint {path.as_uri()} has sha256 {actual[:12]}… but "
-                    f"{expected_sha256[:12]}… was announced; the file is corrupt or was replaced."
-                )
-        return data
+        return verify_sha256(data, expected_sha256, path.as_uri())
 
     def list(self, prefix: str) -> list[str]:
         base = self._root / prefix

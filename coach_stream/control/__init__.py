@@ -8,7 +8,7 @@ never makes a worker act with a missing or different policy.
 
 from __future__ import annotations
 
-from coach_stream.control.announcer import Announcer, read_last_announced
+from coach_stream.control.announcer import Announcer
 from coach_stream.control.policy_source import CheckpointPolicySource, ControlLogReader
 
-__all__ = ["Announcer", "CheckpointPolicySource", "ControlLogReader", "read_last_announced"]
+__all__ = ["Announcer", "CheckpointPolicySource", "ControlLogReader"]

@@ -14,8 +14,11 @@ import time
 from collections.abc import Callable
 
 from coach_stream.checkpoints.keys import policy_key, trainer_key
-from coach_stream.checkpoints.retention import prune_policies, stored_policy_versions
-from coach_stream.control.policy_source import ControlLogReader
+from coach_stream.checkpoints.retention import (
+    prune_policies,
+    prune_trainer_states,
+    stored_policy_versions,
+)
 from coach_stream.core import (
     CheckpointStore,
     ControlPublisher,
@@ -28,23 +31,15 @@ from coach_stream.errors import CheckpointError, ConfigError, IntegrityError
 log = logging.getLogger(__name__)
 
 
-def read_last_announced(subscriber: ControlLogReader, timeout: float) -> PolicyVersion | None:
-    """The newest ``PolicyVersion`` on the control topic, for a restarted trainer."""
-    newest: PolicyVersion | None = None
-    for message in subscriber.read_to_end(timeout):
-        if isinstance(message, PolicyVersion) and (
-            newest is None or message.version > newest.version
-        ):
-            newest = message
-    return newest
-
-
 class Announcer:
-    """Writes, verifies and announces policy versions of one run.
+    """Writes, verifies and announces policy versions of one run, and applies retention.
 
     ``start_version`` forces the first number; by default the announcer continues after
-    both ``last_announced`` (see ``read_last_announced``) and the highest version already in
-    the store, so a restarted trainer never reuses a number.
+    both ``last_announced`` (the newest ``PolicyVersion`` the trainer read on the control
+    topic) and the highest version already in the store, so a restarted trainer never
+    reuses a number. Retention is one rule (``checkpoints.retention``) applied to both
+    kinds of object: ``keep_last`` policies (never the announced one) and
+    ``keep_trainer_states`` trainer states.
     """
 
     def __init__(
@@ -54,6 +49,7 @@ class Announcer:
         run_id: str,
         keep_last: int = 5,
         *,
+        keep_trainer_states: int = 3,
         start_version: int | None = None,
         last_announced: PolicyVersion | None = None,
         clock: Callable[[], float] = time.time,
@@ -62,12 +58,18 @@ class Announcer:
             raise ConfigError(
                 f"keep_last={keep_last} would delete the announced policy; keep at least 1."
             )
+        if keep_trainer_states < 1:
+            raise ConfigError(
+                f"keep_trainer_states={keep_trainer_states} would delete the state a restarted "
+                "trainer resumes from; keep at least 1."
+            )
         if start_version is not None and start_version < 0:
             raise ConfigError(f"start_version={start_version} is negative; versions start at 0.")
         self._store = store
         self._publisher = publisher
         self._run_id = run_id
         self._keep_last = keep_last
+        self._keep_trainer_states = keep_trainer_states
         self._next: int | None = start_version
         self._last = last_announced
         self._clock = clock
@@ -112,13 +114,26 @@ class Announcer:
         )
         self._publisher.publish(message)
         self._last = message
-        self._apply_retention()
+        self._housekeep(
+            "policy",
+            lambda: prune_policies(
+                self._store, self._run_id, self._keep_last, protected=[message.version]
+            ),
+        )
         return message
 
     def save_trainer_state(self, version: int, blob: bytes) -> StoredObject:
-        """Store the trainer's resume state next to policy ``version`` (create-only)."""
+        """Store, verify and keep the trainer's resume state for ``version``; prune old ones.
+
+        Create-only like a policy; afterwards all but the newest ``keep_trainer_states``
+        states are deleted.
+        """
         stored = self._store.put(trainer_key(self._run_id, version), blob)
         self._verify(stored, len(blob))
+        self._housekeep(
+            "trainer state",
+            lambda: prune_trainer_states(self._store, self._run_id, self._keep_trainer_states),
+        )
         return stored
 
     def finish(self, reason: str) -> RunFinished:
@@ -141,14 +156,12 @@ class Announcer:
                 "store truncated it, so check the store and publish again."
             )
 
-    def _apply_retention(self) -> None:
-        assert self._last is not None
+    def _housekeep(self, what: str, prune: Callable[[], list[int]]) -> None:
+        """Run one retention pass; a failure is logged, never raised (it is housekeeping)."""
         try:
-            deleted = prune_policies(
-                self._store, self._run_id, self._keep_last, protected=[self._last.version]
-            )
-        except CheckpointError as exc:  # retention is housekeeping: never stop training
-            log.warning("policy retention for run %s skipped: %s", self._run_id, exc)
+            deleted = prune()
+        except CheckpointError as exc:
+            log.warning("%s retention for run %s skipped: %s", what, self._run_id, exc)
             return
         if deleted:
-            log.debug("retention deleted policy versions %s of run %s", deleted, self._run_id)
+            log.debug("retention deleted %s versions %s of run %s", what, deleted, self._run_id)

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import threading
 
-from coach_stream.checkpoints.keys import check_key, sha256_hex
+from coach_stream.checkpoints.keys import check_key, sha256_hex, verify_sha256
 from coach_stream.core import StoredObject
 from coach_stream.errors import (
     AlreadyExistsError,
     CheckpointError,
     CheckpointNotFoundError,
-    IntegrityError,
     StoreUnavailableError,
 )
 
@@ -66,9 +65,7 @@ class MemoryCheckpointStore:
             data = self._objects.get(key)
         if data is None:
             raise CheckpointNotFoundError(f"checkpoint {uri} does not exist.")
-        if expected_sha256 is not None and sha256_hex(data) != expected_sha256:
-            raise IntegrityError(f"checkpoint {uri} does not match its announced sha256.")
-        return data
+        return verify_sha256(data, expected_sha256, uri)
 
     def list(self, prefix: str) -> list[str]:
         self._check_available("list", False)

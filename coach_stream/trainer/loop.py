@@ -11,7 +11,10 @@ Resume after ``kill -9``: the newest ``runs/<run_id>/trainer/<v>.pt`` restores m
 optimizer, counters and RNG; the reader seeks to its stored positions; DQN first re-reads
 the log up to those positions into its replay buffer. If the control topic's newest
 version is not the restored one, the restored weights are announced as a new version,
-so SYNC workers and the trainer agree on the version again.
+so SYNC workers and the trainer agree on the version again. A control topic with
+announced versions but a store with no trainer state (an emptied or different store) is a
+``ResumeError``: starting over would silently discard the run while its version numbers
+carry on.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from dataclasses import dataclass
 
 import torch
 
-from coach_stream.checkpoints.keys import trainer_prefix, version_of
+from coach_stream.checkpoints.keys import trainer_key, trainer_prefix
+from coach_stream.checkpoints.retention import stored_trainer_versions
 from coach_stream.checkpoints.serialization import policy_to_bytes
 from coach_stream.control.announcer import Announcer
 from coach_stream.control.policy_source import ControlLogReader
@@ -40,12 +44,12 @@ from coach_stream.core import (
     PolicyVersion,
     RunFinished,
 )
-from coach_stream.errors import CheckpointError
+from coach_stream.errors import ResumeError
 from coach_stream.trainer.state import TrainerState, state_from_bytes, state_to_bytes
 
 log = logging.getLogger(__name__)
 
-_KEEP_TRAINER_STATES = 3
+_REFILL_READ_S = 0.5  # one refill read's wait: short, so the idle limit is checked often
 
 
 @dataclass(frozen=True)
@@ -58,10 +62,14 @@ class TrainerSettings:
     read_timeout_s: float = 0.05
     checkpoint_every: int = 1
     keep_policies: int = 5
+    keep_trainer_states: int = 3
     log_every_s: float = 1.0
     control_catchup_s: float = 2.0
     control_poll_s: float = 0.05  # how often the control topic is checked for evaluations
     refill: bool = False  # re-read the log behind the stored positions on resume (DQN)
+    refill_idle_s: float = 30.0
+    """A refill that reads nothing new for this long stops short (the log was truncated
+    by retention, or the broker is unreachable) and the trainer goes on with what it has."""
 
 
 class Trainer:
@@ -120,10 +128,13 @@ class Trainer:
             self.publisher,
             self.settings.run_id,
             keep_last=self.settings.keep_policies,
+            keep_trainer_states=self.settings.keep_trainer_states,
             last_announced=newest,
         )
         state = self._newest_state()
         if state is None:
+            if newest is not None:
+                raise ResumeError(self._lost_state_message(newest))
             self._publish(save_state=True)
             return None
         self._restore(state)
@@ -218,14 +229,19 @@ class Trainer:
 
     # ------------------------------------------------------------------ versions and state
 
+    def _started_announcer(self) -> Announcer:
+        """The announcer ``start()`` built; calling the loop before ``start()`` is a bug."""
+        if self.announcer is None:
+            raise RuntimeError("Trainer.start() must run before the trainer publishes or ends")
+        return self.announcer
+
     def _publish(self, save_state: bool) -> None:
-        assert self.announcer is not None
-        version = self.announcer.next_version
+        announcer = self._started_announcer()
+        version = announcer.next_version
         if save_state and version % self.settings.checkpoint_every == 0:
-            self.announcer.save_trainer_state(version, state_to_bytes(self._state(version)))
-            self._prune_states()
+            announcer.save_trainer_state(version, state_to_bytes(self._state(version)))
         blob = policy_to_bytes(self.learner.policy_state_dict())
-        self.last_policy = self.announcer.publish_policy(blob, self.learner.updates, self.env_steps)
+        self.last_policy = announcer.publish_policy(blob, self.learner.updates, self.env_steps)
         self.version = self.last_policy.version
         self.reader.commit()
 
@@ -245,11 +261,21 @@ class Trainer:
         )
 
     def _newest_state(self) -> TrainerState | None:
-        keys = self.store.list(trainer_prefix(self.settings.run_id))
-        versioned = sorted((v, k) for k in keys if (v := version_of(k)) is not None)
-        if not versioned:
+        versions = stored_trainer_versions(self.store, self.settings.run_id)
+        if not versions:
             return None
-        return state_from_bytes(self.store.get(self.store.uri(versioned[-1][1])))
+        key = trainer_key(self.settings.run_id, versions[-1])
+        return state_from_bytes(self.store.get(self.store.uri(key)))
+
+    def _lost_state_message(self, newest: PolicyVersion) -> str:
+        where = self.store.uri(trainer_prefix(self.settings.run_id).rstrip("/"))
+        return (
+            f"run {self.settings.run_id} announced policy versions up to {newest.version} "
+            f"but {where} holds no trainer state, so the checkpoint store was emptied or "
+            "is not the one the run used; point the trainer at the run's store (e.g. "
+            "--checkpoints, STORAGE_EMULATOR_HOST) or start a new run id instead of "
+            "silently training from scratch."
+        )
 
     def _restore(self, state: TrainerState) -> None:
         self.learner.load_state_dict(state.learner)
@@ -274,39 +300,48 @@ class Trainer:
         experience and are consumed (counted) normally once the trainer is running.
         """
         self.reader.seek(dict.fromkeys(target, 0))
-        before, refilled, idle_since = self.reader.positions(), 0, self.clock()
-        while any(before.get(p, 0) < offset for p, offset in target.items()):
-            chunks = self.reader.read(1, 0.5)
-            after = self.reader.positions()
-            moved = [p for p in after if after[p] != before.get(p)]
-            if moved:
+        positions, refilled, idle_since = self.reader.positions(), 0, self.clock()
+        while any(positions.get(p, 0) < offset for p, offset in target.items()):
+            chunks, moved, positions = self._read_one_record(positions)
+            if moved is not None:
                 idle_since = self.clock()
-            elif self.clock() - idle_since > 30.0:
-                log.warning("replay refill stopped short of %s (log truncated?)", target)
+            elif self.clock() - idle_since > self.settings.refill_idle_s:
+                log.warning(
+                    "replay refill read nothing for %.0f s and stopped at %s short of %s "
+                    "(log truncated by retention, or the broker unreachable)",
+                    self.settings.refill_idle_s,
+                    positions,
+                    target,
+                )
                 break
-            if chunks and moved and after[moved[0]] <= target.get(moved[0], 0):
+            if chunks and moved is not None and positions[moved] <= target.get(moved, 0):
                 self.learner.refill(chunks)
                 refilled += len(chunks)
             else:
                 self._after_refill.extend(chunks)
-            before = after
-        self.events("refilled", {"chunks": refilled, "positions": dict(before)})
+        self.events("refilled", {"chunks": refilled, "positions": dict(positions)})
 
-    def _prune_states(self) -> None:
-        try:
-            keys = sorted(self.store.list(trainer_prefix(self.settings.run_id)))
-            for key in keys[:-_KEEP_TRAINER_STATES]:
-                self.store.delete(key)
-        except CheckpointError as error:  # housekeeping must never stop training
-            log.warning("trainer state retention skipped: %s", error)
+    def _read_one_record(
+        self, before: dict[int, int]
+    ) -> tuple[list[ExperienceChunk], int | None, dict[int, int]]:
+        """Read at most one record: (its chunks, the partition it came from or None, positions).
+
+        The partition is found by comparing positions, since a chunk does not say where it
+        was read; a record the reader dead-letters moves a position but yields no chunk.
+        """
+        chunks = list(self.reader.read(1, _REFILL_READ_S))
+        after = dict(self.reader.positions())
+        moved = next((p for p in after if after[p] != before.get(p)), None)
+        return chunks, moved, after
 
     # ------------------------------------------------------------------ progress and end
 
     def _end(self, reason: str, announce: bool = True) -> RunFinished:
+        """Announce ``reason`` (unless a RunFinished was already read), commit and report."""
         if announce:
-            assert self.announcer is not None
-            self.finished = self.announcer.finish(reason)
-        assert self.finished is not None
+            self.finished = self._started_announcer().finish(reason)
+        if self.finished is None:
+            raise RuntimeError(f"_end({reason!r}, announce=False) without a RunFinished read")
         self.reader.commit()
         self._log_progress()
         self._report_finished(self.finished)
@@ -328,27 +363,33 @@ class Trainer:
         )
 
     def _log_progress(self) -> None:
+        """One "progress" event, its keys namespaced as SB3 and CleanRL log them.
+
+        ``time/``: counters, rates and where the trainer's time went; ``rollout/``: the
+        experience it read; ``eval/``: the evaluator's returns; ``train/``: the learner's
+        own metrics. The loop adds the ``train/`` prefix itself and uses it for nothing
+        else, so a learner metric can never overwrite a loop field.
+        """
         now = self.clock()
         then, steps_then, updates_then = self._last_log
         elapsed = max(now - then, 1e-9)
         evals, trains = list(self._eval_returns), list(self._train_returns)
-        self.events(
-            "progress",
-            {
-                "env_steps": self.env_steps,
-                "updates": self.learner.updates,
-                "policy_version": self.version,
-                "env_steps_per_s": (self.env_steps - steps_then) / elapsed,
-                "updates_per_s": (self.learner.updates - updates_then) / elapsed,
-                "policy_lag_mean": self._lag_sum / self._lag_count if self._lag_count else None,
-                "dropped_stale": self.dropped_stale,
-                "dropped_stale_steps": self.dropped_stale_steps,
-                "train_mean_return": sum(trains) / len(trains) if trains else None,
-                "eval_mean_return": sum(evals) / len(evals) if evals else None,
-                "wall_s": now - self._started,
-                **self._seconds,
-                **self._metrics,
-            },
-        )
+        fields: dict[str, object] = {
+            "time/env_steps": self.env_steps,
+            "time/updates": self.learner.updates,
+            "time/policy_version": self.version,
+            "time/env_steps_per_s": (self.env_steps - steps_then) / elapsed,
+            "time/updates_per_s": (self.learner.updates - updates_then) / elapsed,
+            "time/wall_s": now - self._started,
+            **{f"time/{name}": seconds for name, seconds in self._seconds.items()},
+            "rollout/policy_lag_mean": self._lag_sum / self._lag_count if self._lag_count else None,
+            "rollout/dropped_stale": self.dropped_stale,
+            "rollout/dropped_stale_steps": self.dropped_stale_steps,
+            "rollout/dead_lettered": self.reader.dead_lettered,  # records unfit to train on
+            "rollout/mean_return": sum(trains) / len(trains) if trains else None,
+            "eval/mean_return": sum(evals) / len(evals) if evals else None,
+            **{f"train/{name}": value for name, value in self._metrics.items()},
+        }
+        self.events("progress", fields)
         self._lag_sum = self._lag_count = 0
         self._last_log = (now, self.env_steps, self.learner.updates)

@@ -12,10 +12,13 @@ from coach_stream.checkpoints import (
     open_store,
     policies_prefix,
     policy_key,
+    sha256_hex,
     trainer_key,
+    verify_sha256,
     version_of,
 )
-from coach_stream.errors import CheckpointError, ConfigError
+from coach_stream.errors import CheckpointError, ConfigError, IntegrityError
+from coach_stream.testing.memory_store import MemoryCheckpointStore
 
 
 def test_key_layout() -> None:
@@ -34,7 +37,7 @@ def test_version_of_parses_only_versioned_keys() -> None:
 
 @pytest.mark.parametrize("run_id", ["", "a/b", "../x", " spaced"])
 def test_bad_run_ids_are_refused(run_id: str) -> None:
-    with pytest.raises(CheckpointError, match="(?i)run id"):
+    with pytest.raises(CheckpointError, match=r"(?i)run id"):
         policy_key(run_id, 0)
 
 
@@ -64,3 +67,24 @@ def test_open_store_file_url_and_plain_path(tmp_path: Path) -> None:
 def test_open_store_rejects_unsupported_addresses(url: str) -> None:
     with pytest.raises(ConfigError):
         open_store(url)
+
+
+def test_verify_sha256_passes_matching_bytes_and_names_both_hashes() -> None:
+    good, bad = sha256_hex(b"abc"), sha256_hex(b"abd")
+    assert verify_sha256(b"abc", good, "x") == b"abc"
+    assert verify_sha256(b"abc", None, "x") == b"abc"  # nothing announced: nothing to check
+    with pytest.raises(IntegrityError) as raised:
+        verify_sha256(b"abc", bad, "gs://b/k.pt")
+    assert f"gs://b/k.pt has sha256 {good[:12]}… but {bad[:12]}…" in str(raised.value)
+
+
+@pytest.mark.parametrize("kind", ["local", "memory"])
+def test_every_store_reports_a_mismatch_through_the_one_check(tmp_path: Path, kind: str) -> None:
+    store = LocalCheckpointStore(tmp_path) if kind == "local" else MemoryCheckpointStore()
+    stored = store.put("k.pt", b"abc")
+    wrong = sha256_hex(b"other")
+    with pytest.raises(IntegrityError) as from_store:
+        store.get(stored.uri, expected_sha256=wrong)
+    with pytest.raises(IntegrityError) as from_check:
+        verify_sha256(b"abc", wrong, stored.uri)
+    assert str(from_store.value) == str(from_check.value)

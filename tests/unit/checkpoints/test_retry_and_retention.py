@@ -12,7 +12,7 @@ from google.api_core import exceptions as gexc
 
 from coach_stream.checkpoints import LocalCheckpointStore, policy_key, prune_policies
 from coach_stream.checkpoints.gcs import is_transient
-from coach_stream.checkpoints.retention import policies_to_delete
+from coach_stream.checkpoints.retention import versions_to_delete
 from coach_stream.checkpoints.retry import RetryPolicy, call_with_retry
 from coach_stream.errors import ConfigError, ServiceUnavailableError, StoreUnavailableError
 
@@ -123,11 +123,11 @@ def test_invalid_policy_is_a_config_error() -> None:
 
 
 def test_retention_keeps_last_k_and_the_protected_one() -> None:
-    assert policies_to_delete(range(10), keep_last=3) == [0, 1, 2, 3, 4, 5, 6]
-    assert policies_to_delete(range(10), keep_last=3, protected=[2]) == [0, 1, 3, 4, 5, 6]
-    assert policies_to_delete([4, 5], keep_last=3) == []
+    assert versions_to_delete(range(10), keep_last=3) == [0, 1, 2, 3, 4, 5, 6]
+    assert versions_to_delete(range(10), keep_last=3, protected=[2]) == [0, 1, 3, 4, 5, 6]
+    assert versions_to_delete([4, 5], keep_last=3) == []
     with pytest.raises(ConfigError, match="keep at least 1"):
-        policies_to_delete([1], keep_last=0)
+        versions_to_delete([1], keep_last=0)
 
 
 def test_prune_deletes_from_the_store(tmp_path: Path) -> None:

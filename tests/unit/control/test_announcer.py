@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from coach_stream.checkpoints import LocalCheckpointStore, policy_key, sha256_hex
-from coach_stream.control import Announcer, read_last_announced
+from coach_stream.control import Announcer
 from coach_stream.core import PolicyVersion, RunFinished
 from coach_stream.errors import (
     AlreadyExistsError,
@@ -20,7 +20,6 @@ from coach_stream.errors import (
 from coach_stream.testing.memory_control import (
     MemoryControlLog,
     MemoryControlPublisher,
-    MemoryControlSubscriber,
 )
 from coach_stream.testing.memory_store import MemoryCheckpointStore
 
@@ -130,7 +129,7 @@ def test_a_restarted_trainer_continues_numbering(
     for i in range(3):
         first.publish_policy(weights(i), i, i)
     store.put(policy_key("r1", 3), b"orphan of a crash between write and announce")
-    last = read_last_announced(MemoryControlSubscriber(log), timeout=1.0)
+    last = first.last_announced  # what a restarted trainer reads back from the topic
     assert last is not None and last.version == 2
     second = Announcer(store, publisher, "r1", keep_last=10, last_announced=last)
     assert second.next_version == 4
@@ -178,5 +177,34 @@ def test_invalid_arguments_are_config_errors(
 ) -> None:
     with pytest.raises(ConfigError):
         Announcer(store, publisher, "r1", keep_last=0)
+    with pytest.raises(ConfigError, match="keep_trainer_states=0"):
+        Announcer(store, publisher, "r1", keep_trainer_states=0)
     with pytest.raises(ConfigError):
         Announcer(store, publisher, "r1", start_version=-1)
+
+
+def test_trainer_states_follow_the_same_retention_rule(
+    store: MemoryCheckpointStore, publisher: MemoryControlPublisher
+) -> None:
+    """The newest ``keep_trainer_states`` survive; keys that are not versions are left alone."""
+    store.put("runs/r1/trainer/notes.txt", b"not a version")
+    announcer = Announcer(store, publisher, "r1", keep_trainer_states=2)
+    for version in (0, 1, 3, 7):  # checkpoint_every > 1 leaves gaps between states
+        announcer.save_trainer_state(version, f"state {version}".encode())
+    assert sorted(k for k in store.objects if "/trainer/" in k) == [
+        "runs/r1/trainer/00000003.pt",
+        "runs/r1/trainer/00000007.pt",
+        "runs/r1/trainer/notes.txt",
+    ]
+
+
+def test_trainer_state_retention_failure_is_not_fatal(
+    store: MemoryCheckpointStore, publisher: MemoryControlPublisher
+) -> None:
+    class ListFails(MemoryCheckpointStore):
+        def list(self, prefix: str) -> list[str]:
+            raise StoreUnavailableError("list failed")
+
+    flaky = ListFails()
+    stored = Announcer(flaky, publisher, "r1", keep_trainer_states=1).save_trainer_state(0, b"s")
+    assert flaky.get(stored.uri, stored.sha256) == b"s"
