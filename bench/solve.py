@@ -189,6 +189,9 @@ class _DiscardingWriter:
     def flush(self, timeout: float | None = None) -> None:
         pass
 
+    def next_chunk_seqs(self, worker_id: int, num_envs: int) -> list[int]:
+        return [0] * num_envs
+
     def close(self) -> None:
         pass
 

@@ -68,7 +68,7 @@ class ExperienceChunk:
     run_id: str
     worker_id: int
     env_index: int
-    chunk_seq: int  # monotonic per (worker_id, env_index)
+    chunk_seq: int  # monotonic per (worker_id, env_index), across worker restarts too
     policy_version: int
     first_step: int  # index of this chunk's first step within its episode
     observations: npt.NDArray[np.generic]  # (T+1, *obs_shape)
@@ -248,6 +248,13 @@ class ExperienceWriter(_Closeable, Protocol):
     def flush(self, timeout: float | None = None) -> None:
         """Block until every queued chunk is acknowledged (or raise)."""
 
+    def next_chunk_seqs(self, worker_id: int, num_envs: int) -> list[int]:
+        """Per env of ``worker_id``: one past its last ``chunk_seq`` in the log (0 if none).
+
+        A (re)starting worker continues there, so ``chunk_seq`` stays monotonic per
+        (worker_id, env_index) across restarts.
+        """
+
 
 @runtime_checkable
 class ExperienceReader(_Closeable, Protocol):
@@ -257,13 +264,17 @@ class ExperienceReader(_Closeable, Protocol):
         """Up to ``max_chunks`` chunks, waiting at most ``timeout`` seconds for the first."""
 
     def positions(self) -> Positions:
-        """Next offset per partition: everything before it has been returned by ``read``."""
+        """Next offset per partition: everything before it was returned or dead-lettered."""
 
     def seek(self, positions: Mapping[int, int]) -> None:
         """Continue from ``positions`` (as returned by ``positions()`` earlier)."""
 
     def commit(self) -> None:
         """Record the current positions in the broker, for lag tools (not for resume)."""
+
+    @property
+    def dead_lettered(self) -> int:
+        """Records set aside so far instead of returned: undecodable, or not fitting the run."""
 
 
 @runtime_checkable

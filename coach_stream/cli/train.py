@@ -10,14 +10,24 @@ from __future__ import annotations
 
 import logging
 import sys
-from pathlib import Path
 
 import torch
 import typer
 
 from coach_stream.algorithms import builder_for
 from coach_stream.checkpoints import open_store
-from coach_stream.config import Preset, load_preset
+from coach_stream.cli.options import (
+    CheckpointsOption,
+    GcsEmulatorOption,
+    KafkaOption,
+    PresetOption,
+    RunIdOption,
+    SeedOption,
+    SetOption,
+    checkpoint_url,
+    load_run_preset,
+)
+from coach_stream.codec import ChunkSpec
 from coach_stream.envs import SeedRole, probe_shape, process_seed
 from coach_stream.errors import ConfigError
 from coach_stream.events import JsonLines
@@ -27,26 +37,6 @@ from coach_stream.transport.control import KafkaControlPublisher, KafkaControlSu
 from coach_stream.transport.reader import KafkaExperienceReader
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 
-PresetOption = typer.Option(..., "--preset", help="Built-in preset name or a YAML path.")
-RunIdOption = typer.Option(..., "--run-id", help="The run's id (names its topics and keys).")
-KafkaOption = typer.Option(
-    None, "--kafka", envvar="KAFKA_BOOTSTRAP_SERVERS", help="Kafka bootstrap servers."
-)
-CheckpointsOption = typer.Option(
-    None, "--checkpoints", help="gs://bucket/prefix or a directory [./.coach-stream/checkpoints]."
-)
-GcsEmulatorOption = typer.Option(
-    None, "--gcs-emulator", envvar="STORAGE_EMULATOR_HOST", help="fake-gcs-server address."
-)
-SeedOption = typer.Option(None, "--seed", help="Run seed (overrides the preset's).")
-SetOption = typer.Option([], "--set", help="Preset override key=value (repeatable).")
-
-
-def load_run_preset(preset: str, seed: int | None, overrides: list[str]) -> Preset:
-    """The preset with ``--set`` overrides and ``--seed`` applied, validated once."""
-    extra = [f"seed={seed}"] if seed is not None else []
-    return load_preset(preset, [*overrides, *extra])
-
 
 def kafka_settings(kafka: str | None) -> KafkaSettings:
     if not kafka:
@@ -55,14 +45,6 @@ def kafka_settings(kafka: str | None) -> KafkaSettings:
             "(`eval $(coach-stream stack env)` after `coach-stream stack up`)."
         )
     return KafkaSettings(bootstrap_servers=kafka)
-
-
-def checkpoint_url(checkpoints: str | None) -> str:
-    if not checkpoints:
-        return (Path.cwd() / ".coach-stream" / "checkpoints").resolve().as_uri()
-    if checkpoints.startswith(("gs://", "file://")):
-        return checkpoints
-    return Path(checkpoints).resolve().as_uri()
 
 
 def setup_process() -> None:
@@ -91,9 +73,13 @@ def train(
     ensure_run_topics(settings, topics, experience_partitions=workers)
     store = open_store(checkpoint_url(checkpoints), gcs_emulator_host=gcs_emulator)
     group = f"{settings.topic_prefix}.{run_id}.trainer"
+    shape = probe_shape(config.env_id)
+    # The trainer's door: a chunk that decodes but does not fit this run (another run, env
+    # or action space) is dead-lettered with the reason instead of crashing the learner.
+    spec = ChunkSpec(run_id, shape.obs_shape, shape.obs_dtype, shape.num_actions)
     with (
         store,
-        KafkaExperienceReader(settings, topics, group) as reader,
+        KafkaExperienceReader(settings, topics, group, spec=spec) as reader,
         KafkaControlSubscriber(settings, topics) as control,
         KafkaControlPublisher(settings, topics) as publisher,
     ):
@@ -103,7 +89,7 @@ def train(
         publisher.open()
         generator = torch.Generator().manual_seed(process_seed(config.seed, 0, SeedRole.TRAINER))
         builder = builder_for(config)
-        learner = builder.make_learner(probe_shape(config.env_id), workers, generator)
+        learner = builder.make_learner(shape, workers, generator)
         trainer = Trainer(
             learner,
             reader,

@@ -12,13 +12,14 @@ from __future__ import annotations
 import functools
 
 from coach_stream.codec.avro import SingleObjectCodec
-from coach_stream.codec.chunks import ChunkCodec, check_chunk
+from coach_stream.codec.chunks import ChunkCodec, ChunkSpec, check_chunk
 from coach_stream.codec.control import ControlCodec
 from coach_stream.codec.registry import SchemaRegistry, SchemaVersion, default_schema_dir
 from coach_stream.core import ControlMessage, ExperienceChunk
 
 __all__ = [
     "ChunkCodec",
+    "ChunkSpec",
     "ControlCodec",
     "SchemaRegistry",
     "SchemaVersion",

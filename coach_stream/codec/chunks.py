@@ -3,11 +3,14 @@
 The column invariants of a chunk (T+1 observations, T of everything else, float32 rewards,
 bool flags that can only be set on the last step) are checked on both sides: a writer
 learns about a malformed chunk where it is made, a reader never hands one to a learner.
+``ChunkSpec`` adds what only the run knows (its id, observation shape and dtype, action
+count): the trainer's reader checks it at the door.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NoReturn
 
 import numpy as np
 import numpy.typing as npt
@@ -17,7 +20,7 @@ from coach_stream.codec.avro import MAGIC, SingleObjectCodec
 from coach_stream.codec.fastpath import V1_FINGERPRINT, ChunkReaderV1, ChunkWriterV1
 from coach_stream.codec.registry import SchemaRegistry, SchemaVersion
 from coach_stream.core import ExperienceChunk
-from coach_stream.errors import CoachStreamError, DecodeError, EncodeError
+from coach_stream.errors import CoachStreamError, DecodeError, EncodeError, InvalidChunkError
 
 CHUNK_SCHEMA = "io.coachstream.ExperienceChunk"
 _ARRAYS = ("observations", "actions", "rewards", "terminated", "truncated")
@@ -64,6 +67,62 @@ def check_chunk(chunk: ExperienceChunk, error: type[CoachStreamError]) -> None:
         or np.count_nonzero(chunk.truncated) > chunk.truncated[-1]
     ):
         fail("terminated/truncated is set before the last step (a chunk holds one episode)")
+
+
+@dataclass(frozen=True)
+class ChunkSpec:
+    """What every chunk of one run must look like; the trainer checks it at its door.
+
+    A chunk can decode and keep its own column invariants yet not fit the run: another
+    run's id, another environment's observations, an action outside the action space.
+    Handed to a learner it crashes the trainer (the replay buffer cannot store it), which
+    restarts, reads the same record and crashes again, forever. Checked before, it is
+    dead-lettered with the reason like an undecodable record.
+    """
+
+    run_id: str
+    obs_shape: tuple[int, ...]
+    obs_dtype: str
+    num_actions: int
+    """Discrete actions: each must be in ``[0, num_actions)``."""
+    action_dtype: str = "int64"
+    """What every rollout worker writes (``Chunker``); learners index with it."""
+
+    def check(self, chunk: ExperienceChunk) -> None:
+        """Raise ``InvalidChunkError`` naming the first way ``chunk`` does not fit the run."""
+        if chunk.run_id != self.run_id:
+            self._fail(chunk, f"run_id is {chunk.run_id!r}")
+        check_chunk(chunk, InvalidChunkError)  # column lengths and flag/reward dtypes
+        obs, actions, steps = chunk.observations, chunk.actions, chunk.num_steps
+        if obs.shape[1:] != self.obs_shape or obs.dtype != np.dtype(self.obs_dtype):
+            self._fail(
+                chunk,
+                f"observations are {obs.dtype}{obs.shape}, the run's are "
+                f"{self.obs_dtype}{(steps + 1, *self.obs_shape)}",
+            )
+        if actions.shape != (steps,) or actions.dtype != np.dtype(self.action_dtype):
+            self._fail(
+                chunk,
+                f"actions are {actions.dtype}{actions.shape}, the run's are "
+                f"{self.action_dtype}({steps},)",
+            )
+        if steps and (actions.min() < 0 or actions.max() >= self.num_actions):
+            self._fail(
+                chunk,
+                f"actions span {actions.min()}..{actions.max()}, outside the run's "
+                f"0..{self.num_actions - 1}",
+            )
+        # a NaN reward or log-prob makes every later loss NaN: the model is lost silently
+        if not np.isfinite(chunk.rewards).all():
+            self._fail(chunk, "rewards hold NaN or infinity")
+        if chunk.log_probs is not None and not np.isfinite(chunk.log_probs).all():
+            self._fail(chunk, "log_probs hold NaN or infinity")
+
+    def _fail(self, chunk: ExperienceChunk, why: str) -> NoReturn:
+        raise InvalidChunkError(
+            f"Chunk (worker {chunk.worker_id}, env {chunk.env_index}, seq {chunk.chunk_seq}) "
+            f"does not fit run {self.run_id!r}: {why}."
+        )
 
 
 class ChunkCodec:

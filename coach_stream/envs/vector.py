@@ -45,6 +45,8 @@ class EnvShape:
 
     obs_shape: tuple[int, ...]
     num_actions: int
+    obs_dtype: str = "float32"
+    """The observation space's dtype (gymnasium's Box default): what every chunk carries."""
 
     @property
     def obs_dim(self) -> int:
@@ -77,7 +79,11 @@ def env_shape(envs: VectorEnv) -> EnvShape:
         )
     if not isinstance(obs_space, gym.spaces.Box):
         raise ConfigError(f"Observation space {obs_space} is not a Box; use a vector observation.")
-    return EnvShape(obs_shape=tuple(obs_space.shape), num_actions=int(action_space.n))
+    return EnvShape(
+        obs_shape=tuple(obs_space.shape),
+        num_actions=int(action_space.n),
+        obs_dtype=np.dtype(obs_space.dtype).name,
+    )
 
 
 def probe_shape(env_id: str) -> EnvShape:

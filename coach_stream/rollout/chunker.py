@@ -4,14 +4,16 @@ Each env accumulates up to T steps in preallocated columns. A chunk is emitted w
 holds T steps, when its episode ends (SAME_STEP autoreset: the final observation comes
 from ``info["final_obs"]`` and becomes the chunk's bootstrap row), or when the policy
 version changes (``flush``: one chunk, one behaviour version). Per-env ``chunk_seq`` is
-monotonic and ``first_step`` is the step's index within its episode, so the trainer can
-tell contiguous chunks apart from gaps. Writing columns for all envs at once with fancy
+monotonic, across restarts too (``start`` takes where each env left off in the log), and
+``first_step`` is the step's index within its episode, so the trainer can tell contiguous
+chunks apart from gaps. Writing columns for all envs at once with fancy
 indexing keeps the per-step cost independent of the number of envs.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -56,11 +58,28 @@ class Chunker:
     @property
     def last_obs(self) -> npt.NDArray[Any]:
         """The observations the next step will be taken in."""
-        assert self._last_obs is not None, "call start() first"
+        return self._started()
+
+    def _started(self) -> npt.NDArray[Any]:
+        if self._last_obs is None:
+            raise RuntimeError("Chunker used before start(): call start(obs, version) first")
         return self._last_obs
 
-    def start(self, obs: npt.NDArray[Any], version: int) -> None:
-        """The observations after ``reset``; every env starts a new episode."""
+    def start(
+        self, obs: npt.NDArray[Any], version: int, next_seqs: Sequence[int] | None = None
+    ) -> None:
+        """The observations after ``reset``; every env starts a new episode.
+
+        ``next_seqs``: the ``chunk_seq`` each env continues at (a restarted worker's, one
+        past its last in the log: ``ExperienceWriter.next_chunk_seqs``); None keeps counting.
+        """
+        if next_seqs is not None:
+            if len(next_seqs) != self.num_envs or min(next_seqs, default=0) < 0:
+                raise ValueError(
+                    f"next_seqs must hold {self.num_envs} non-negative chunk_seqs, got "
+                    f"{list(next_seqs)}"
+                )
+            self._chunk_seq[:] = next_seqs
         self._last_obs, self.version = np.asarray(obs), version
         self._filled[:] = 0
         self._episode_step[:] = 0
@@ -76,11 +95,11 @@ class Chunker:
         infos: dict[str, Any],
     ) -> list[ExperienceChunk]:
         """Record one vector step (taken in the last observations); return finished chunks."""
-        assert self._last_obs is not None, "call start() first"
+        last_obs = self._started()
         rows, col = self._rows, self._filled
         opening = col == 0
         self._chunk_start[opening] = self._episode_step[opening]
-        self._obs[rows, col] = self._last_obs
+        self._obs[rows, col] = last_obs
         self._actions[rows, col] = action.actions
         self._rewards[rows, col] = rewards
         self._terminated[rows, col] = terminated
@@ -111,10 +130,9 @@ class Chunker:
 
     def flush(self) -> list[ExperienceChunk]:
         """Emit every open chunk (before acting with a new policy version)."""
-        assert self._last_obs is not None, "call start() first"
+        last_obs = self._started()
         return [
-            self._emit(int(i), self._last_obs[i], ended=False)
-            for i in np.flatnonzero(self._filled > 0)
+            self._emit(int(i), last_obs[i], ended=False) for i in np.flatnonzero(self._filled > 0)
         ]
 
     def _emit(self, i: int, bootstrap: npt.NDArray[Any], ended: bool) -> ExperienceChunk:

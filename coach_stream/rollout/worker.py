@@ -37,7 +37,12 @@ from coach_stream.core import (
     PolicySource,
     RunFinished,
 )
-from coach_stream.errors import IntegrityError, RunEndedError, ServiceUnavailableError
+from coach_stream.errors import (
+    ConfigError,
+    IntegrityError,
+    RunEndedError,
+    ServiceUnavailableError,
+)
 from coach_stream.rollout.chunker import Chunker
 
 
@@ -89,7 +94,11 @@ class RolloutWorker:
         self.envs, self.actor, self.writer, self.source = envs, actor, writer, policy_source
         self.settings, self.seeds, self.events, self.clock = settings, list(seeds), events, clock
         obs_space = envs.single_observation_space
-        assert obs_space.shape is not None and obs_space.dtype is not None
+        if obs_space.shape is None or obs_space.dtype is None:
+            raise ConfigError(
+                f"Observation space {obs_space} has no fixed shape and dtype; rollout workers "
+                "need a Box observation space."
+            )
         self.chunker = Chunker(
             settings.run_id,
             settings.worker_id,
@@ -123,10 +132,13 @@ class RolloutWorker:
         return finished
 
     def start(self) -> None:
-        """Load the first policy and reset every env with its own seed."""
+        """Load the first policy, reset every env with its own seed, and continue each env's
+        ``chunk_seq`` after its last one in the log (a restarted worker does not repeat them).
+        """
         self.actor.load(first_policy(self.source, self.settings.policy_wait_s))
+        next_seqs = self.writer.next_chunk_seqs(self.settings.worker_id, self.envs.num_envs)
         obs, _ = self.envs.reset(seed=self.seeds)  # type: ignore[arg-type]  # a seed per env
-        self.chunker.start(obs, self.actor.version)
+        self.chunker.start(obs, self.actor.version, next_seqs)
 
     def act_share(self) -> int:
         """Step every env ``share_steps`` times with the current version; write the chunks."""

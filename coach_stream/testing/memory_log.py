@@ -9,17 +9,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from coach_stream.codec import decode_chunk, encode_chunk
+from coach_stream.codec import ChunkSpec, decode_chunk, encode_chunk
 from coach_stream.core import ClosingContext, ExperienceChunk, Positions
+from coach_stream.errors import InvalidChunkError
 
 
 class MemoryLog:
-    """The shared log: one partition (0); ``chunks[i]`` sits at offset ``i``."""
+    """The shared log: one partition (0); ``chunks[i]`` sits at offset ``i``.
+
+    ``dead_letters`` plays ``<run>.dead-letter``: (offset, reason) of each chunk a reader
+    with a ``ChunkSpec`` set aside.
+    """
 
     def __init__(self, *, through_codec: bool = False) -> None:
         self.chunks: list[ExperienceChunk] = []
         self.through_codec = through_codec
         self.committed: Positions = {}
+        self.dead_letters: list[tuple[int, str]] = []
 
 
 class _Context(ClosingContext):
@@ -45,18 +51,43 @@ class MemoryExperienceWriter(_Context):
     def flush(self, timeout: float | None = None) -> None:
         return None
 
+    def next_chunk_seqs(self, worker_id: int, num_envs: int) -> list[int]:
+        seqs = [0] * num_envs
+        for chunk in self.log.chunks:  # in log order: the last one of each env wins
+            if chunk.worker_id == worker_id and chunk.env_index < num_envs:
+                seqs[chunk.env_index] = chunk.chunk_seq + 1
+        return seqs
+
 
 class MemoryExperienceReader(_Context):
-    """Reads the log from ``positions`` on; never waits (``timeout`` is ignored)."""
+    """Reads the log from ``positions`` on; never waits (``timeout`` is ignored).
 
-    def __init__(self, log: MemoryLog) -> None:
+    With a ``spec`` it checks each chunk like the Kafka reader does: one that does not fit
+    the run is recorded in ``log.dead_letters`` with the reason and skipped.
+    """
+
+    def __init__(self, log: MemoryLog, spec: ChunkSpec | None = None) -> None:
         self.log = log
+        self.spec = spec
         self._next = 0
+        self.dead_lettered = 0
 
     def read(self, max_chunks: int, timeout: float) -> list[ExperienceChunk]:
-        batch = self.log.chunks[self._next : self._next + max_chunks]
+        start = self._next
+        batch = self.log.chunks[start : start + max_chunks]
         self._next += len(batch)
-        return batch
+        if self.spec is None:
+            return batch
+        kept: list[ExperienceChunk] = []
+        for offset, chunk in enumerate(batch, start):
+            try:
+                self.spec.check(chunk)
+            except InvalidChunkError as error:
+                self.log.dead_letters.append((offset, str(error)))
+                self.dead_lettered += 1
+            else:
+                kept.append(chunk)
+        return kept
 
     def positions(self) -> Positions:
         return {0: self._next}

@@ -7,14 +7,15 @@ here explicitly instead of inheriting whatever defaults a broker has.
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._metadata import ClusterMetadata
 from confluent_kafka.cimpl import NewTopic
 
 from coach_stream.errors import ConfigError, ServiceUnavailableError
+from coach_stream.transport import clients
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 
 FOREVER = "-1"
@@ -38,11 +39,44 @@ def unreachable(settings: KafkaSettings, timeout: float, cause: object) -> Servi
 
 def check_broker(settings: KafkaSettings, timeout: float = 10.0) -> ClusterMetadata:
     """The cluster metadata, or ServiceUnavailableError if no broker answers within ``timeout``."""
-    admin = AdminClient(settings.admin_config())
-    try:
-        return admin.list_topics(timeout=timeout)
-    except KafkaException as exc:
-        raise unreachable(settings, timeout, exc.args[0]) from exc
+    with clients.admin(settings) as admin:
+        try:
+            return admin.list_topics(timeout=timeout)
+        except KafkaException as exc:
+            raise unreachable(settings, timeout, exc.args[0]) from exc
+
+
+def broker_answers(bootstrap_servers: str, timeout: float) -> bool:
+    """Whether a broker answers a metadata request within ``timeout`` (a quiet health probe).
+
+    For ``coach_stream.stack``, which polls its own broker while it starts: refused
+    connections are the expected answer there, so they are not logged.
+    """
+    settings = KafkaSettings(bootstrap_servers=bootstrap_servers)
+    with clients.admin(settings, quiet=True) as admin:
+        try:
+            return bool(admin.list_topics(timeout=timeout).brokers)
+        except KafkaException:
+            return False
+
+
+def delete_run_topics(settings: KafkaSettings, topics: RunTopics, timeout: float = 30.0) -> None:
+    """Delete a run's three topics; absent ones are not an error (for cleanup and tests)."""
+    names = [topics.experience, topics.control, topics.dead_letter]
+    with clients.admin(settings) as admin:
+        try:
+            futures = admin.delete_topics(names, operation_timeout=timeout, request_timeout=timeout)
+        except KafkaException as exc:
+            raise unreachable(settings, timeout, exc.args[0]) from exc
+        for future in futures.values():
+            try:
+                future.result(timeout=timeout)
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                if error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise unreachable(settings, timeout, error) from exc
+            except TimeoutError as exc:
+                raise unreachable(settings, timeout, "delete_topics timed out") from exc
 
 
 def plan_run_topics(
@@ -93,35 +127,18 @@ def ensure_run_topics(
     with more than one partition is refused: control messages must stay totally ordered.
     """
     plans = plan_run_topics(settings, topics, experience_partitions, experience_retention_ms)
-    admin = AdminClient(settings.admin_config())
     new = [NewTopic(p.name, p.partitions, replication_factor, config=p.config) for p in plans]
-    try:
-        futures = admin.create_topics(new, operation_timeout=timeout, request_timeout=timeout)
-    except KafkaException as exc:
-        raise unreachable(settings, timeout, exc.args[0]) from exc
-    for name, future in futures.items():
+    with clients.admin(settings) as admin:
         try:
-            future.result(timeout=timeout)
+            futures = admin.create_topics(new, operation_timeout=timeout, request_timeout=timeout)
         except KafkaException as exc:
-            error: KafkaError = exc.args[0]
-            if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                continue
-            if error.code() in (
-                KafkaError._TRANSPORT,
-                KafkaError._TIMED_OUT,
-                KafkaError._ALL_BROKERS_DOWN,
-            ):
-                raise unreachable(settings, timeout, error) from exc
-            raise ConfigError(
-                f"Kafka refused to create topic {name} ({error.str()}); check the broker's "
-                "limits (message.max.bytes, replication) or the KafkaSettings."
-            ) from exc
-        except TimeoutError as exc:
-            raise unreachable(settings, timeout, "create_topics timed out") from exc
-    try:
-        metadata = admin.list_topics(timeout=timeout)
-    except KafkaException as exc:
-        raise unreachable(settings, timeout, exc.args[0]) from exc
+            raise unreachable(settings, timeout, exc.args[0]) from exc
+        for name, future in futures.items():
+            _created_or_present(settings, name, future, timeout)
+        try:
+            metadata = admin.list_topics(timeout=timeout)
+        except KafkaException as exc:
+            raise unreachable(settings, timeout, exc.args[0]) from exc
     for single in (topics.control, topics.dead_letter):
         found = metadata.topics.get(single)
         if found is not None and len(found.partitions) != 1:
@@ -129,3 +146,27 @@ def ensure_run_topics(
                 f"Topic {single} exists with {len(found.partitions)} partitions; it must have "
                 "exactly 1 (total order). Delete it or use a new run id."
             )
+
+
+def _created_or_present(
+    settings: KafkaSettings, name: str, future: Future[None], timeout: float
+) -> None:
+    """Wait for one topic's creation; an existing topic is fine, anything else is raised."""
+    try:
+        future.result(timeout=timeout)
+    except KafkaException as exc:
+        error: KafkaError = exc.args[0]
+        if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+            return
+        if error.code() in (
+            KafkaError._TRANSPORT,
+            KafkaError._TIMED_OUT,
+            KafkaError._ALL_BROKERS_DOWN,
+        ):
+            raise unreachable(settings, timeout, error) from exc
+        raise ConfigError(
+            f"Kafka refused to create topic {name} ({error.str()}); check the broker's "
+            "limits (message.max.bytes, replication) or the KafkaSettings."
+        ) from exc
+    except TimeoutError as exc:
+        raise unreachable(settings, timeout, "create_topics timed out") from exc

@@ -20,14 +20,15 @@ from confluent_kafka import (
     KafkaError,
     KafkaException,
     Message,
-    Producer,
     TopicPartition,
 )
 
 from coach_stream.codec import decode_control, encode_control
 from coach_stream.core import ClosingContext, ControlMessage
-from coach_stream.errors import DecodeError, DeliveryError, ServiceUnavailableError
+from coach_stream.errors import DecodeError, ServiceUnavailableError
+from coach_stream.transport import clients
 from coach_stream.transport.settings import KafkaSettings, RunTopics
+from coach_stream.transport.writer import KafkaRecordProducer
 
 log = logging.getLogger(__name__)
 
@@ -42,63 +43,27 @@ _SETTLING = {  # a new topic's metadata or leader is not there yet: ask again sh
 
 
 class KafkaControlPublisher(ClosingContext):
-    """``ControlPublisher``: appends one message and waits for ``acks=all``."""
+    """``ControlPublisher``: appends one message and waits for ``acks=all``.
+
+    Built on ``KafkaRecordProducer``, the experience writer's producer (delivery errors,
+    bounded flush, close), with ``linger.ms=0``: few, latency-sensitive messages go out at
+    once instead of waiting for a batch.
+    """
 
     def __init__(self, settings: KafkaSettings, topics: RunTopics, timeout_s: float = 30.0) -> None:
-        self._settings = settings
-        self._topic = topics.control
+        self._producer = KafkaRecordProducer(settings, topics.control, {"linger.ms": 0})
         self._timeout_s = timeout_s
-        self._producer: Producer | None = None
-
-    def _client(self) -> Producer:
-        if self._producer is None:
-            # Few, latency-sensitive messages: send at once instead of lingering for a batch.
-            self._producer = Producer({**self._settings.producer_config(), "linger.ms": 0})
-        return self._producer
 
     def open(self) -> None:
         """Connect now (metadata and producer id) so the first announcement pays no setup."""
-        try:
-            self._client().list_topics(self._topic, timeout=self._timeout_s)
-        except KafkaException as exc:
-            raise ServiceUnavailableError(
-                f"Kafka at {self._settings.bootstrap_servers} did not answer within "
-                f"{self._timeout_s:g} s ({exc.args[0]}); check that the broker is up."
-            ) from exc
+        self._producer.connect(self._timeout_s)
 
     def publish(self, message: ControlMessage) -> None:
-        value = encode_control(message)
-        failures: list[str] = []
-
-        def on_delivery(error: KafkaError | None, _message: Message) -> None:
-            if error is not None:
-                failures.append(error.str())
-
-        producer = self._client()
-        try:
-            producer.produce(self._topic, value, message.run_id.encode(), on_delivery=on_delivery)
-        except (KafkaException, BufferError) as exc:
-            raise DeliveryError(
-                f"Kafka refused a control message for {self._topic} ({exc}); check the broker "
-                f"at {self._settings.bootstrap_servers}."
-            ) from exc
-        left = producer.flush(self._timeout_s)
-        if left:
-            raise DeliveryError(
-                f"a {type(message).__name__} for {self._topic} was not acknowledged within "
-                f"{self._timeout_s:g} s; check that the broker at "
-                f"{self._settings.bootstrap_servers} is up."
-            )
-        if failures:
-            raise DeliveryError(
-                f"Kafka rejected a {type(message).__name__} for {self._topic} ({failures[0]}); "
-                "check that the run's topics exist (coach-stream launch creates them)."
-            )
+        self._producer.produce(message.run_id.encode(), encode_control(message))
+        self._producer.flush(self._timeout_s)
 
     def close(self) -> None:
-        if self._producer is not None:
-            self._producer.flush(self._timeout_s)
-            self._producer = None
+        self._producer.close()
 
 
 class KafkaControlSubscriber(ClosingContext):
@@ -116,7 +81,7 @@ class KafkaControlSubscriber(ClosingContext):
         if self._consumer is None:
             # A private group id: nothing is committed, the id only satisfies librdkafka.
             group = f"{self._settings.topic_prefix}.control-reader.{uuid.uuid4().hex}"
-            consumer = Consumer(self._settings.consumer_config(group))
+            consumer = clients.consumer(self._settings, group)
             consumer.assign([TopicPartition(self._topic, 0, OFFSET_BEGINNING)])
             self._consumer = consumer
         return self._consumer

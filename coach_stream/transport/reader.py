@@ -3,9 +3,10 @@
 The reader assigns itself every partition of the run's experience topic (one trainer per
 run), so its place in the log is exactly ``positions()``: the trainer stores them in its
 checkpoint and ``seek``s back to them on restart; ``commit`` only informs lag tools.
-A record that cannot be decoded is copied, untouched, to ``<run>.dead-letter`` with
-headers naming the error and where it came from, counted, and skipped: one bad producer
-never stops training. ``read`` returns only once those copies are acknowledged.
+A record that cannot be decoded, or (given a ``ChunkSpec``) decodes but does not fit the
+run, is copied, untouched, to ``<run>.dead-letter`` with headers naming the error and where
+it came from, counted, and skipped: one bad producer never stops training. ``read``
+returns only once those copies are acknowledged.
 """
 
 from __future__ import annotations
@@ -18,9 +19,15 @@ from typing import Literal, Self
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from coach_stream.codec import decode_chunk
+from coach_stream.codec import ChunkSpec, decode_chunk
 from coach_stream.core import ClosingContext, ExperienceChunk, Positions
-from coach_stream.errors import ConfigError, DecodeError, ServiceUnavailableError
+from coach_stream.errors import (
+    ConfigError,
+    DecodeError,
+    InvalidChunkError,
+    ServiceUnavailableError,
+)
+from coach_stream.transport import clients
 from coach_stream.transport.admin import unreachable
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 from coach_stream.transport.writer import KafkaRecordProducer
@@ -32,11 +39,16 @@ Start = Literal["earliest", "committed"]
 
 @dataclass
 class ReaderStats:
-    """Records consumed, chunks returned, records dead-lettered, value bytes consumed."""
+    """Records consumed, chunks returned, records dead-lettered, value bytes consumed.
+
+    ``dead_lettered`` counts both kinds of bad record; ``invalid`` the subset that decoded
+    but did not fit the run's ``ChunkSpec``.
+    """
 
     records: int = 0
     chunks: int = 0
     dead_lettered: int = 0
+    invalid: int = 0
     bytes: int = 0
 
 
@@ -51,14 +63,18 @@ class KafkaExperienceReader(ClosingContext):
         *,
         start: Start = "earliest",
         decode: Callable[[bytes], ExperienceChunk] = decode_chunk,
+        spec: ChunkSpec | None = None,
         timeout: float = 10.0,
     ) -> None:
+        """``spec``: what the run's chunks look like; the trainer passes it, so a chunk that
+        decodes but would crash its learner is dead-lettered instead (None: decode only)."""
         self.settings = settings
         self.topics = topics
         self.group_id = group_id
         self.stats = ReaderStats()
         self._start = start
         self._decode = decode
+        self._spec = spec
         self._timeout = timeout
         self._consumer: Consumer | None = None
         self._dead_letter = KafkaRecordProducer(settings, topics.dead_letter)
@@ -70,7 +86,7 @@ class KafkaExperienceReader(ClosingContext):
         """Connect and assign every partition (``__enter__`` calls it)."""
         if self._consumer is not None:
             return
-        consumer = Consumer(self.settings.consumer_config(self.group_id))
+        consumer = clients.consumer(self.settings, self.group_id)
         topic = self.topics.experience
         try:
             metadata = consumer.list_topics(topic, timeout=self._timeout)
@@ -134,7 +150,7 @@ class KafkaExperienceReader(ClosingContext):
             if max_chunks > 1:
                 messages += consumer.consume(max_chunks - 1, 0)
         chunks: list[ExperienceChunk] = []
-        decode = self._decode
+        decode, spec = self._decode, self._spec
         dead = 0
         for message in messages:
             error = message.error()
@@ -142,14 +158,21 @@ class KafkaExperienceReader(ClosingContext):
                 self._on_error(error)
                 continue
             partition, offset, value = message.partition(), message.offset(), message.value()
-            assert partition is not None and offset is not None
+            if partition is None or offset is None:  # librdkafka sets both on a fetched record
+                raise ServiceUnavailableError(
+                    f"Kafka returned a record of {self.topics.experience} without a partition "
+                    "or offset; check the broker and the confluent-kafka version."
+                )
             self._next[partition] = offset + 1
             try:
                 if value is None:
                     raise DecodeError("Record has no value (a tombstone).")
-                chunks.append(decode(value))
+                chunk = decode(value)
+                if spec is not None:
+                    spec.check(chunk)
+                chunks.append(chunk)
             except DecodeError as exc:
-                self._send_to_dead_letter(message, str(exc))
+                self._send_to_dead_letter(message, exc)
                 dead += 1
             else:
                 self.stats.bytes += len(value)
@@ -169,8 +192,16 @@ class KafkaExperienceReader(ClosingContext):
             )
         log.warning("transient consumer error on %s: %s", self.topics.experience, error.str())
 
-    def _send_to_dead_letter(self, message: Message, reason: str) -> None:
+    @property
+    def dead_lettered(self) -> int:
+        """Records set aside so far (undecodable or not fitting the run), never returned."""
+        return self.stats.dead_lettered
+
+    def _send_to_dead_letter(self, message: Message, error: DecodeError) -> None:
+        invalid = isinstance(error, InvalidChunkError)
         self.stats.dead_lettered += 1
+        self.stats.invalid += invalid
+        reason = str(error)
         log.warning(
             "dead-lettering %s[%s]@%s: %s",
             message.topic(),
@@ -183,6 +214,7 @@ class KafkaExperienceReader(ClosingContext):
             message.value() or b"",
             headers=[
                 ("error", reason),
+                ("error.kind", "invalid" if invalid else "undecodable"),
                 ("source.topic", message.topic() or ""),
                 ("source.partition", str(message.partition())),
                 ("source.offset", str(message.offset())),

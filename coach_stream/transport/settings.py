@@ -19,7 +19,13 @@ from coach_stream.errors import ConfigError
 from coach_stream.runids import check_run_id
 
 ConfigValue = str | int | float | bool
-_GUARANTEES = {"enable.idempotence", "acks", "enable.auto.commit", "enable.auto.offset.store"}
+_GUARANTEES = {
+    "enable.idempotence",
+    "acks",
+    "enable.auto.commit",
+    "enable.auto.offset.store",
+    "partitioner",  # transport.tail finds a key's partition by recomputing it
+}
 _MAX_TOPIC = 249
 _CONNECTION_KEYS = ("security.", "sasl.", "ssl.", "socket.", "broker.", "client.")
 
@@ -84,6 +90,9 @@ class KafkaSettings(BaseModel):
             **self._common(),
             "enable.idempotence": True,
             "acks": "all",
+            # librdkafka's default, pinned: a key's partition is CRC-32(key) % partitions,
+            # which a restarted worker recomputes to find its last chunk_seqs (tail.py).
+            "partitioner": "consistent_random",
             "compression.type": self.compression,
             "linger.ms": self.linger_ms,
             "batch.size": self.batch_size,

@@ -5,12 +5,18 @@ in order on one partition. The producer is idempotent with ``acks=all``, so retr
 duplicate or reorder; ``linger.ms`` batching and compression give throughput. Delivery
 failures are collected by the delivery callback and raised as ``DeliveryError`` on the
 next ``write``/``flush``: never dropped. A full local queue (``BufferError``) is handled by
-serving delivery reports until there is room again, which is the natural backpressure.
+serving delivery reports until there is room again, which is the natural backpressure, but
+only until the delivery timeout: a queue that stays full that long will not drain (the
+broker is gone), so it ends in a ``DeliveryError`` instead of a silent hang.
+
+``KafkaRecordProducer`` is the one producer path: the experience writer, the reader's
+dead-letter copies and the control publisher are all built on it.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
@@ -20,8 +26,9 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from coach_stream.codec import encode_chunk
 from coach_stream.core import ExperienceChunk
-from coach_stream.errors import DeliveryError
-from coach_stream.transport.settings import KafkaSettings
+from coach_stream.errors import DeliveryError, ServiceUnavailableError
+from coach_stream.transport import clients, tail
+from coach_stream.transport.settings import ConfigValue, KafkaSettings
 
 log = logging.getLogger(__name__)
 
@@ -39,19 +46,39 @@ class WriterStats:
 
 
 class KafkaRecordProducer:
-    """Raw keyed records to one topic with the delivery rules above (no codec)."""
+    """Raw keyed records to one topic with the delivery rules above (no codec).
 
-    def __init__(self, settings: KafkaSettings, topic: str) -> None:
+    ``overrides`` are librdkafka settings for this producer only (the control publisher
+    sends at once with ``linger.ms=0``); the delivery guarantees stay fixed.
+    """
+
+    def __init__(
+        self, settings: KafkaSettings, topic: str, overrides: dict[str, ConfigValue] | None = None
+    ) -> None:
         self.settings = settings
         self.topic = topic
         self.stats = WriterStats()
+        self._overrides = overrides or {}
         self._producer: Producer | None = None
         self._errors: list[str] = []
+        # How long a full local queue may stay full: past the delivery timeout its records
+        # would have failed anyway, so nothing is being delivered.
+        self.full_queue_s = settings.delivery_timeout_ms / 1000
 
     def _client(self) -> Producer:
         if self._producer is None:
-            self._producer = Producer(self.settings.producer_config())
+            self._producer = clients.producer(self.settings, **self._overrides)
         return self._producer
+
+    def connect(self, timeout: float) -> None:
+        """Fetch the topic's metadata now, so the first record pays no connection set-up."""
+        try:
+            self._client().list_topics(self.topic, timeout=timeout)
+        except KafkaException as exc:
+            raise ServiceUnavailableError(
+                f"Kafka at {self.settings.bootstrap_servers} did not answer within "
+                f"{timeout:g} s ({exc.args[0]}); check that the broker is up."
+            ) from exc
 
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
         if error is None:
@@ -67,21 +94,30 @@ class KafkaRecordProducer:
             raise DeliveryError(
                 f"Kafka did not acknowledge {len(errors)} record(s) for topic {self.topic} "
                 f"(first: {errors[0]}); check the broker at {self.settings.bootstrap_servers} "
-                "and the topic, then restart the worker."
+                "and that the topic exists (`coach-stream launch` creates a run's topics)."
             )
 
     def produce(self, key: bytes | None, value: bytes, headers: Headers | None = None) -> None:
         """Queue one record; waits (serving delivery reports) while the local queue is full."""
         self._raise_failures()
         producer = self._client()
+        deadline: float | None = None
         while True:
             try:
                 producer.produce(
                     self.topic, value, key, headers=headers, on_delivery=self._on_delivery
                 )
                 break
-            except BufferError:
-                producer.poll(0.05)
+            except BufferError as exc:
+                now = time.monotonic()
+                deadline = now + self.full_queue_s if deadline is None else deadline
+                if now >= deadline:
+                    raise DeliveryError(
+                        f"the local queue for topic {self.topic} stayed full for "
+                        f"{self.full_queue_s:g} s (the broker acknowledged nothing); check "
+                        f"the broker at {self.settings.bootstrap_servers}."
+                    ) from exc
+                producer.poll(0.05)  # serve delivery reports: that is what frees room
                 self._raise_failures()
             except KafkaException as exc:  # refused locally, e.g. larger than message.max.bytes
                 self.stats.failed += 1
@@ -109,10 +145,16 @@ class KafkaRecordProducer:
         """Flush (bounded by the delivery timeout) and release the client."""
         if self._producer is None:
             return
+        producer = self._producer
         try:
             self.flush(self.settings.delivery_timeout_ms / 1000 + 5)
         finally:
             self._producer = None
+            # Producer.close() flushes without a bound: purge first what the bounded flush
+            # above could not deliver (it has raised a DeliveryError for them already).
+            if len(producer):
+                producer.purge()
+            producer.close()
 
     def __enter__(self) -> Self:
         self._client()
@@ -148,3 +190,7 @@ class KafkaExperienceWriter(KafkaRecordProducer):
 
     def write(self, chunk: ExperienceChunk) -> None:
         self.produce(chunk.key.encode(), self._encode(chunk))
+
+    def next_chunk_seqs(self, worker_id: int, num_envs: int) -> list[int]:
+        """One past each env's last ``chunk_seq`` in the topic: read back from its tail."""
+        return tail.next_chunk_seqs(self.settings, self.topic, worker_id, num_envs)

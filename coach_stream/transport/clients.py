@@ -1,0 +1,136 @@
+"""Every librdkafka client of coach_stream is built here, with its log and errors in Python.
+
+Left alone, librdkafka writes its own log lines straight to stderr (one per reconnect
+attempt: ~200 lines before a single clear error when the broker is down) and reports
+errors nowhere. Each client built here gets a ``logger`` (librdkafka's log, served by
+``poll``/``flush``/``consume``) and an ``error_cb``, both routed through one process-wide
+rate limiter into the ``coach_stream.transport.librdkafka`` logger: the same message (digits
+aside, so "after 0ms"/"after 1ms" count as one) at most once per ``INTERVAL_S``, with the
+number of lines held back since. The clear error a user acts on is still raised by the
+caller (``ServiceUnavailableError``, ``DeliveryError``); these lines only explain it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka.admin import AdminClient
+
+from coach_stream.transport.settings import ConfigValue, KafkaSettings
+
+INTERVAL_S = 30.0
+"""The same librdkafka line is logged at most once per this many seconds."""
+_MAX_KEYS = 1024
+_DIGITS = re.compile(r"\d+")
+_THREAD = re.compile(r"^\[thrd:[^\]]*\]: ")
+# librdkafka logs these itself (facility FAIL/ERROR, with the broker's address), so their
+# error callback would only repeat the line: it goes to DEBUG.
+_ALSO_LOGGED = {KafkaError._TRANSPORT, KafkaError._RESOLVE}
+
+log = logging.getLogger("coach_stream.transport.librdkafka")
+
+
+class RateLimitedLog:
+    """A logger-like sink that lets each distinct message through once per ``interval_s``.
+
+    librdkafka calls ``log(level, "%s [%s] %s", facility, client_name, text)`` (through
+    confluent-kafka's ``logger`` setting); the client name and all digits are left out of
+    the key, so N clients retrying the same dead broker still make one line.
+    """
+
+    def __init__(
+        self,
+        target: logging.Logger,
+        interval_s: float = INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.target, self.interval_s, self.clock = target, interval_s, clock
+        self._lock = threading.Lock()
+        self._seen: dict[tuple[int, str], tuple[float, int]] = {}  # key -> (last shown, held)
+        self.suppressed = 0  # lines held back so far, for tests and stats
+
+    def log(self, level: int, msg: str, *args: object) -> None:
+        """The ``logging.Logger.log`` signature librdkafka's log callback uses."""
+        if len(args) == 3 and msg == "%s [%s] %s":  # (facility, client name, text)
+            facility, _client, text = args
+            self.emit(level, f"{facility} {_THREAD.sub('', str(text))}")
+        else:
+            self.emit(level, msg % args if args else msg)
+
+    def emit(self, level: int, text: str, key: str | None = None) -> None:
+        """Log ``text`` unless the same ``key`` (default: ``text``, digits aside) was just shown."""
+        if not self.target.isEnabledFor(level):
+            return
+        seen = (level, _DIGITS.sub("#", text if key is None else key))
+        now = self.clock()
+        with self._lock:
+            last, held = self._seen.get(seen, (None, 0))
+            if last is not None and now - last < self.interval_s:
+                self._seen[seen] = (last, held + 1)
+                self.suppressed += 1
+                return
+            if len(self._seen) >= _MAX_KEYS:
+                self._forget(now)
+            self._seen[seen] = (now, 0)
+        if held:
+            text += f" (+{held} similar in the last {now - last:.0f} s)"  # type: ignore[operator]
+        self.target.log(level, "kafka: %s", text)
+
+    def _forget(self, now: float) -> None:
+        """Drop keys not shown for an interval; a flood of distinct ones clears everything."""
+        stale = [k for k, (t, _) in self._seen.items() if now - t >= self.interval_s]
+        for k in stale or list(self._seen):
+            del self._seen[k]
+
+
+LIBRDKAFKA_LOG = RateLimitedLog(log)
+
+
+def on_error(error: KafkaError) -> None:
+    """``error_cb`` of every client: "all brokers down" and fatal errors reach logging."""
+    if error.fatal():
+        level = logging.ERROR
+    elif error.code() in _ALSO_LOGGED:
+        level = logging.DEBUG
+    else:
+        level = logging.WARNING
+    LIBRDKAFKA_LOG.emit(level, f"{error.name()}: {error.str()}", key=error.name())
+
+
+def _callbacks(quiet: bool = False) -> dict[str, Any]:
+    if quiet:  # health probes: failing to connect is the expected answer, not news
+        return {"logger": LIBRDKAFKA_LOG, "error_cb": _ignore, "log_level": 0}
+    return {"logger": LIBRDKAFKA_LOG, "error_cb": on_error}
+
+
+def _ignore(_error: KafkaError) -> None:
+    return None
+
+
+def producer(settings: KafkaSettings, **overrides: ConfigValue) -> Producer:
+    """An idempotent ``acks=all`` producer (``KafkaSettings.producer_config``)."""
+    return Producer({**settings.producer_config(), **overrides, **_callbacks()})
+
+
+def consumer(settings: KafkaSettings, group_id: str, **overrides: ConfigValue) -> Consumer:
+    """A consumer that commits nothing by itself (``KafkaSettings.consumer_config``)."""
+    return Consumer({**settings.consumer_config(group_id), **overrides, **_callbacks()})
+
+
+@contextmanager
+def admin(settings: KafkaSettings, *, quiet: bool = False) -> Iterator[AdminClient]:
+    """An ``AdminClient`` for one ``with`` block: destroyed on exit, its log served first."""
+    with AdminClient({**settings.admin_config(), **_callbacks(quiet)}) as client:
+        try:
+            yield client
+        finally:
+            # Admin requests run on librdkafka's own threads; its log lines wait on the
+            # client's queue until polled, and are lost if it is destroyed first.
+            client.poll(0)

@@ -1,0 +1,161 @@
+"""Where a restarted worker's ``chunk_seq``s continue: the last ones in the experience topic.
+
+``chunk_seq`` is monotonic per key ``<worker_id>/<env_index>``; a worker that restarts
+(``kill -9``, a crash, a rescheduled job) has lost its counters, so it reads them back from
+the log instead of starting again at 0. Each key lives on one partition, the one
+librdkafka's ``consistent_random`` partitioner picks (CRC-32 of the key modulo the partition
+count; ``KafkaSettings`` pins that partitioner), and per-key order is kept there, so the
+key's last record in that partition holds its last acknowledged ``chunk_seq``.
+
+The search reads each partition backward in windows (``window`` records, doubling up to
+``max_window``) from the high watermark until every key of the worker has been seen or the
+low watermark is reached. Cost: a restarted worker finds its keys in the first window (it
+wrote them moments ago); a key that was never written (a new worker, or an env that had not
+finished a chunk) reads its partition back to the low watermark, once, at start.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+import zlib
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from coach_stream.codec import decode_chunk
+from coach_stream.errors import DecodeError, ServiceUnavailableError
+from coach_stream.transport import clients
+from coach_stream.transport.settings import KafkaSettings
+
+WINDOW = 64
+MAX_WINDOW = 4096
+_BATCH = 500
+
+
+def partition_for(key: bytes, partitions: int) -> int:
+    """The partition librdkafka's ``consistent_random`` partitioner gives a non-empty key."""
+    return zlib.crc32(key) % partitions
+
+
+def next_chunk_seqs(
+    settings: KafkaSettings,
+    topic: str,
+    worker_id: int,
+    num_envs: int,
+    *,
+    timeout: float = 120.0,
+    window: int = WINDOW,
+    max_window: int = MAX_WINDOW,
+) -> list[int]:
+    """Per env of ``worker_id``: one past its last ``chunk_seq`` in ``topic`` (0 if none)."""
+    deadline = time.monotonic() + timeout
+    # Nothing is committed; the group id only satisfies librdkafka.
+    group = f"{settings.topic_prefix}.chunk-seq-scan.{uuid.uuid4().hex}"
+    consumer = clients.consumer(settings, group, **{"enable.partition.eof": True})
+    try:
+        partitions = _partition_count(consumer, settings, topic, timeout)
+        by_partition: dict[int, dict[bytes, int]] = {}
+        for env in range(num_envs):
+            key = f"{worker_id}/{env}".encode()
+            by_partition.setdefault(partition_for(key, partitions), {})[key] = env
+        seqs = [0] * num_envs
+        for partition, keys in sorted(by_partition.items()):
+            scan = _Scan(consumer, settings, topic, partition, deadline)
+            for env, last in scan.last_seqs(keys, window, max_window).items():
+                seqs[env] = last + 1
+        return seqs
+    finally:
+        consumer.close()
+
+
+def _partition_count(
+    consumer: Consumer, settings: KafkaSettings, topic: str, timeout: float
+) -> int:
+    try:
+        found = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+    except KafkaException as exc:
+        raise _unavailable(settings, topic, exc.args[0]) from exc
+    if found is None or found.error is not None or not found.partitions:
+        raise ServiceUnavailableError(
+            f"Topic {topic} does not exist on {settings.bootstrap_servers}; start the run with "
+            "`coach-stream launch` (it creates the topics) or check the run id."
+        )
+    return len(found.partitions)
+
+
+def _unavailable(settings: KafkaSettings, topic: str, cause: object) -> ServiceUnavailableError:
+    return ServiceUnavailableError(
+        f"Could not read the last chunk_seqs from {topic} ({cause}); check the broker at "
+        f"{settings.bootstrap_servers}."
+    )
+
+
+class _Scan:
+    """Backward windows over one partition."""
+
+    def __init__(
+        self,
+        consumer: Consumer,
+        settings: KafkaSettings,
+        topic: str,
+        partition: int,
+        deadline: float,
+    ) -> None:
+        self.consumer, self.settings, self.topic = consumer, settings, topic
+        self.partition, self.deadline = partition, deadline
+
+    def last_seqs(self, keys: dict[bytes, int], window: int, max_window: int) -> dict[int, int]:
+        """env -> last chunk_seq, for each of ``keys`` (key -> env) found in the partition."""
+        tp = TopicPartition(self.topic, self.partition)
+        try:
+            low, high = self.consumer.get_watermark_offsets(tp, timeout=self._left(), cached=False)
+        except KafkaException as exc:
+            raise _unavailable(self.settings, self.topic, exc.args[0]) from exc
+        left, found, end = dict(keys), {}, high
+        while left and end > low:
+            start = max(low, end - window)
+            for key, seq in self._window(start, end, left).items():
+                found[left.pop(key)] = seq
+            end, window = start, min(window * 2, max_window)
+        return found
+
+    def _window(self, start: int, end: int, keys: dict[bytes, int]) -> dict[bytes, int]:
+        """The last decodable ``chunk_seq`` of each of ``keys`` in offsets [start, end)."""
+        self.consumer.assign([TopicPartition(self.topic, self.partition, start)])
+        last: dict[bytes, int] = {}
+        while True:
+            batch = self.consumer.consume(_BATCH, timeout=min(self._left(), 1.0))
+            if not batch:
+                if self._left() <= 0:
+                    raise _unavailable(self.settings, self.topic, "timed out")
+                continue
+            for message in batch:
+                if self._done(message, end):
+                    return last
+                key = message.key()
+                if isinstance(key, bytes) and key in keys:
+                    seq = _chunk_seq(message)
+                    if seq is not None:
+                        last[key] = seq
+
+    def _done(self, message: Message, end: int) -> bool:
+        error = message.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                return True
+            if error.fatal() or error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise _unavailable(self.settings, self.topic, error.str())
+            return False  # transient: librdkafka retries by itself
+        offset = message.offset()
+        return offset is not None and offset >= end
+
+    def _left(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+
+def _chunk_seq(message: Message) -> int | None:
+    """The record's chunk_seq, or None for a record that does not decode (skipped)."""
+    try:
+        return decode_chunk(message.value() or b"").chunk_seq
+    except DecodeError:
+        return None
