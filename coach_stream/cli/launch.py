@@ -12,6 +12,7 @@ import json
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
@@ -21,8 +22,18 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from coach_stream.config import Preset, load_preset
-from coach_stream.errors import OrchestratorError
+from coach_stream.cli.options import (
+    DEFAULT_STATE_DIR,
+    CheckpointsOption,
+    GcsEmulatorOption,
+    KafkaOption,
+    SeedOption,
+    SetOption,
+    checkpoint_url,
+    load_run_preset,
+)
+from coach_stream.config import Preset
+from coach_stream.errors import ConfigError, OrchestratorError
 from coach_stream.orchestrators import (
     LaunchSettings,
     LocalOrchestrator,
@@ -33,8 +44,10 @@ from coach_stream.orchestrators import (
 from coach_stream.orchestrators.launcher import (
     RunOutcome,
     UpdateCallback,
+    discard_launch,
     follow,
     prepare_topics,
+    validate_launch,
 )
 from coach_stream.orchestrators.progress import LogFollower, RunProgress, read_progress
 from coach_stream.orchestrators.state import RunRecord
@@ -47,7 +60,7 @@ class OrchestratorKind(enum.StrEnum):
 
 
 StateDirOption = typer.Option(
-    Path(".coach-stream"),
+    DEFAULT_STATE_DIR,
     "--state-dir",
     envvar="COACH_STREAM_STATE_DIR",
     help="Where runs keep run.json and their logs (status/logs/stop look here).",
@@ -57,7 +70,6 @@ StateDirOption = typer.Option(
 OrchestratorOption = typer.Option(
     OrchestratorKind.local, "--orchestrator", help="Who runs the processes (nomad: later)."
 )
-OverridesOption = typer.Option([], "--set", help="Preset override key=value (repeatable).")
 
 
 def _orchestrator(state_dir: Path) -> LocalOrchestrator:
@@ -70,14 +82,6 @@ def _fmt(value: float | None, digits: int = 0) -> str:
     return f"{value:,.{digits}f}"
 
 
-def _checkpoint_url(checkpoints: str | None, state_dir: Path) -> str:
-    if not checkpoints:
-        return (state_dir / "checkpoints").resolve().as_uri()
-    if checkpoints.startswith(("gs://", "file://")):
-        return checkpoints
-    return Path(checkpoints).resolve().as_uri()  # a plain directory
-
-
 def render(
     preset: Preset | None, progress: RunProgress, record: RunRecord, elapsed: float
 ) -> Table:
@@ -87,15 +91,15 @@ def render(
     table.add_column()
     budget = f" / {preset.env_step_budget:,}" if preset else ""
     target = f" (target {preset.target_return:g})" if preset else ""
-    consumed, produced = progress.figure("env_steps_per_s"), progress.worker_env_steps_per_s
+    consumed, produced = progress.figure("time/env_steps_per_s"), progress.worker_env_steps_per_s
     rows = [
         ("elapsed", f"{elapsed:,.0f} s"),
-        ("env steps", f"{_fmt(progress.figure('env_steps'))}{budget}"),
+        ("env steps", f"{_fmt(progress.figure('time/env_steps'))}{budget}"),
         ("env steps/s", f"{_fmt(consumed)} trained on, {_fmt(produced)} produced by workers"),
-        ("updates", _fmt(progress.figure("updates"))),
-        ("policy version", _fmt(progress.figure("policy_version"))),
-        ("policy lag", _fmt(progress.figure("policy_lag_mean"), 2)),
-        ("dropped stale", _fmt(progress.figure("dropped_stale"))),
+        ("updates", _fmt(progress.figure("time/updates"))),
+        ("policy version", _fmt(progress.figure("time/policy_version"))),
+        ("policy lag", _fmt(progress.figure("rollout/policy_lag_mean"), 2)),
+        ("dropped stale", _fmt(progress.figure("rollout/dropped_stale"))),
         ("mean eval return", f"{_fmt(progress.mean_eval_return, 1)}{target}"),
     ]
     for name, value in rows:
@@ -130,64 +134,39 @@ def _print_outcome(outcome: RunOutcome, orchestrator: LocalOrchestrator) -> None
 def launch(
     preset: str = typer.Argument(..., help="A built-in preset (cartpole-ppo, ...) or a YAML path."),
     orchestrator_kind: OrchestratorKind = OrchestratorOption,
-    workers: int = typer.Option(2, "--workers", "-n", min=1, help="Rollout workers."),
+    workers: int = typer.Option(2, "--workers", "-n", min=1, max=256, help="Rollout workers."),
     run_id: str | None = typer.Option(None, "--run-id", help="Default: <preset>-<time>-<hex>."),
     detach: bool = typer.Option(False, "--detach", help="Start the run and return at once."),
-    checkpoints: str | None = typer.Option(
-        None,
-        "--checkpoints",
-        help="gs://bucket/prefix or a directory (default <state-dir>/checkpoints).",
-    ),
-    kafka: str | None = typer.Option(
-        None,
-        "--kafka",
-        envvar="KAFKA_BOOTSTRAP_SERVERS",
-        help="Bootstrap servers (default: the local stack's).",
-    ),
-    gcs_emulator: str | None = typer.Option(
-        None,
-        "--gcs-emulator",
-        envvar="STORAGE_EMULATOR_HOST",
-        help="fake-gcs-server URL for gs:// checkpoints.",
-    ),
-    seed: int | None = typer.Option(None, "--seed", help="Run seed (default: the preset's)."),
-    overrides: list[str] = OverridesOption,
+    checkpoints: str | None = CheckpointsOption,
+    kafka: str | None = KafkaOption,
+    gcs_emulator: str | None = GcsEmulatorOption,
+    seed: int | None = SeedOption,
+    overrides: list[str] = SetOption,
     timeout: float | None = typer.Option(
-        None, "--timeout", help="Stop the run after this many seconds."
+        None, "--timeout", min=0.0, help="Stop the run after this many seconds."
     ),
     state_dir: Path = StateDirOption,
 ) -> None:
     """Start a trainer, N rollout workers and an evaluator, and follow them to the end.
 
-    Exit code 0 when the target return was reached, 1 when the run ended without it.
+    Exit code 0 when the target return was reached, 1 when the run ended without it,
+    2 for bad input (nothing is started), 130 when interrupted.
     """
     if orchestrator_kind is OrchestratorKind.nomad:
         raise OrchestratorError(
             "The nomad orchestrator is not implemented yet; use --orchestrator local."
         )
-    loaded = load_preset(preset, overrides)  # validate before anything starts
-    stack = LocalStack(default_cache_dir())
-    kafka = kafka or stack.kafka_bootstrap()
-    checkpoint_url = _checkpoint_url(checkpoints, state_dir)
-    if checkpoint_url.startswith("gs://"):
-        gcs_emulator = gcs_emulator or stack.gcs_endpoint()
-    settings = LaunchSettings(
-        preset=preset,
-        run_id=run_id or new_run_id(loaded.name),
-        workers=workers,
-        kafka_bootstrap=kafka or "",
-        checkpoints=checkpoint_url,
-        gcs_emulator=gcs_emulator if checkpoint_url.startswith("gs://") else None,
-        seed=seed,
-        overrides=tuple(overrides),
+    plan = _plan(
+        preset, workers, run_id, checkpoints, kafka, gcs_emulator, seed, overrides, state_dir
     )
-    prepare_topics(settings)
     orchestrator = _orchestrator(state_dir)
-    orchestrator.submit(build_run_spec(settings))
+    _check_run_free(orchestrator, plan)
+    _start(orchestrator, plan)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
+    settings = plan.settings
     if detach:
         err.print(
-            f"started run {settings.run_id} in the background (checkpoints: {checkpoint_url})"
+            f"started run {settings.run_id} in the background (checkpoints: {plan.checkpoints})"
         )
         err.print(
             f"  coach-stream status {settings.run_id}   |   coach-stream logs {settings.run_id} -f"
@@ -195,19 +174,97 @@ def launch(
         err.print(f"  coach-stream stop {settings.run_id}")
         typer.echo(settings.run_id)
         return
+    loaded = plan.preset
     err.print(
         f"run {settings.run_id}: {loaded.env_id} {loaded.algorithm} ({loaded.mode}), "
-        f"{workers} workers, checkpoints {checkpoint_url}"
+        f"{workers} workers, checkpoints {plan.checkpoints}"
     )
     outcome = _follow_live(orchestrator, settings.run_id, loaded, err, timeout)
     _print_outcome(outcome, orchestrator)
-    if outcome.state.value == "failed" and outcome.finished is None:
-        raise OrchestratorError(
-            f"Run {settings.run_id} failed before its trainer finished; read why with "
-            f"`coach-stream logs {settings.run_id} --task trainer`."
+    raise typer.Exit(_exit_code(outcome, err))
+
+
+@dataclass(frozen=True)
+class _LaunchPlan:
+    """A validated launch: the preset as the tasks will load it, and their settings."""
+
+    preset: Preset
+    settings: LaunchSettings
+    state_dir: Path
+
+    @property
+    def checkpoints(self) -> str:
+        return self.settings.checkpoints
+
+
+def _plan(
+    preset: str,
+    workers: int,
+    run_id: str | None,
+    checkpoints: str | None,
+    kafka: str | None,
+    gcs_emulator: str | None,
+    seed: int | None,
+    overrides: list[str],
+    state_dir: Path,
+) -> _LaunchPlan:
+    """Everything the flags and the preset decide, checked without touching any service."""
+    # Loaded exactly as every task will load it (with --seed), so a value a task would
+    # refuse is refused here, once, instead of by N crash-looping processes.
+    loaded = load_run_preset(preset, seed, overrides)
+    url = checkpoint_url(checkpoints, state_dir)
+    stack = LocalStack(default_cache_dir())
+    kafka = kafka or stack.kafka_bootstrap()
+    if url.startswith("gs://"):
+        gcs_emulator = gcs_emulator or stack.gcs_endpoint()
+    settings = LaunchSettings(
+        preset=preset,
+        run_id=run_id or new_run_id(loaded.name),
+        workers=workers,
+        kafka_bootstrap=kafka or "",
+        checkpoints=url,
+        gcs_emulator=gcs_emulator if url.startswith("gs://") else None,
+        seed=seed,
+        overrides=tuple(overrides),
+    )
+    return _LaunchPlan(loaded, settings, state_dir)
+
+
+def _check_run_free(orchestrator: LocalOrchestrator, plan: _LaunchPlan) -> None:
+    """The run id is new here, in Kafka and in the store; the env and services answer."""
+    run_dir = orchestrator.run_dir(plan.settings.run_id)
+    if run_dir.exists():
+        raise ConfigError(
+            f"Run id {plan.settings.run_id!r} already exists in {run_dir.path.parent}; choose "
+            "another --run-id."
         )
-    if not outcome.solved:
-        raise typer.Exit(1)
+    validate_launch(plan.settings, plan.preset.env_id)
+
+
+def _start(orchestrator: LocalOrchestrator, plan: _LaunchPlan) -> None:
+    """Create the run's topics and start its supervisor; a failure leaves nothing behind."""
+    try:
+        prepare_topics(plan.settings)
+        orchestrator.submit(build_run_spec(plan.settings))
+    except BaseException:
+        if orchestrator.run_dir(plan.settings.run_id).exists():
+            orchestrator.stop(plan.settings.run_id)  # whatever its supervisor had started
+        discard_launch(plan.settings, orchestrator.state_dir)
+        raise
+
+
+def _exit_code(outcome: RunOutcome, err: Console) -> int:
+    """0 solved; 2 when a task refused its input (its own error line); 1 otherwise."""
+    if outcome.solved:
+        return 0
+    if outcome.failure is not None:
+        raise OrchestratorError(f"run {outcome.run_id} failed: {outcome.failure}")
+    if outcome.state.value == "failed" and outcome.finished is None:
+        err.print(
+            f"run {outcome.run_id} failed before its trainer finished (a task kept crashing); "
+            f"read why with `coach-stream logs {outcome.run_id} --task trainer`."
+        )
+    return 1
 
 
 def _follow_live(
@@ -232,12 +289,12 @@ def _follow_live(
         if now - last_print[0] < 5.0:
             return
         last_print[0] = now
-        rate = progress.figure("env_steps_per_s")
+        rate = progress.figure("time/env_steps_per_s")
         err.print(
-            f"[{now - started:6.0f} s] steps {_fmt(progress.figure('env_steps'))} "
+            f"[{now - started:6.0f} s] steps {_fmt(progress.figure('time/env_steps'))} "
             f"steps/s {_fmt(rate)} "
-            f"version {_fmt(progress.figure('policy_version'))} "
-            f"lag {_fmt(progress.figure('policy_lag_mean'), 2)} "
+            f"version {_fmt(progress.figure('time/policy_version'))} "
+            f"lag {_fmt(progress.figure('rollout/policy_lag_mean'), 2)} "
             f"eval {_fmt(progress.mean_eval_return, 1)}"
         )
 
@@ -304,6 +361,7 @@ def status(
             "progress": progress.trainer,
             "mean_eval_return": progress.mean_eval_return,
             "finished": progress.finished,
+            "failure": record.failure,
         }))  # fmt: skip
         return
     tasks = Table(title=f"run {run_id} — {record.state}")
@@ -318,6 +376,8 @@ def status(
     parts: list[Table | Text] = [tasks, figures]
     if progress.finished:
         parts.append(Text(f"finished: {json.dumps(progress.finished)}"))
+    if record.failure:
+        parts.append(Text(f"failure: {record.failure}"))
     out.print(Group(*parts))
 
 

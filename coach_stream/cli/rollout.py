@@ -16,7 +16,7 @@ from gymnasium.vector import VectorEnv
 
 from coach_stream.algorithms import builder_for
 from coach_stream.checkpoints import open_store
-from coach_stream.cli.train import (
+from coach_stream.cli.options import (
     CheckpointsOption,
     GcsEmulatorOption,
     KafkaOption,
@@ -25,10 +25,9 @@ from coach_stream.cli.train import (
     SeedOption,
     SetOption,
     checkpoint_url,
-    kafka_settings,
     load_run_preset,
-    setup_process,
 )
+from coach_stream.cli.train import kafka_settings, setup_process
 from coach_stream.config import Preset
 from coach_stream.control.policy_source import CheckpointPolicySource
 from coach_stream.core import Actor, EventSink, Mode, PolicySource, RunFinished

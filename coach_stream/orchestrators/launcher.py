@@ -7,6 +7,11 @@ The CLI, the end-to-end tests and ``bench/solve.py`` all launch runs the same wa
     orchestrator.submit(build_run_spec(settings))
     outcome = follow(orchestrator, settings.run_id, on_update=render)
 
+``validate_launch`` checks everything that can be checked before anything is created (the
+environment, the broker and the store answer, the run id is free in both), and
+``discard_launch`` removes what a launch created when it fails part-way, so a refused or
+failed launch leaves nothing behind.
+
 ``follow`` reads the tasks' JSON event lines until the trainer prints ``finished`` (or
 the run ends otherwise), lets the other tasks exit on ``RunFinished``, then stops
 whatever is left, so no process outlives the run it belonged to.
@@ -15,11 +20,15 @@ whatever is left, so no process outlives the run it belonged to.
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from coach_stream.errors import ConfigError, ServiceUnavailableError
 from coach_stream.orchestrators.local import LocalOrchestrator
 from coach_stream.orchestrators.progress import LogFollower, RunProgress
 from coach_stream.orchestrators.spec import LaunchSettings
@@ -37,6 +46,7 @@ class RunOutcome:
     progress: RunProgress
     wall_s: float
     """From the start of ``follow`` to the trainer's ``finished`` line (or the run's end)."""
+    record: RunRecord
     timed_out: bool = False
 
     @property
@@ -51,6 +61,11 @@ class RunOutcome:
     @property
     def solved(self) -> bool:
         return self.reason == "target_reached"
+
+    @property
+    def failure(self) -> str | None:
+        """Why the run failed at once: a task's own last error line (it exited 2)."""
+        return self.record.failure
 
     @property
     def checkpoint_uri(self) -> str | None:
@@ -70,6 +85,107 @@ def prepare_topics(settings: LaunchSettings, broker_timeout_s: float = 10.0) -> 
     kafka = KafkaSettings(bootstrap_servers=settings.kafka_bootstrap)
     check_broker(kafka, timeout=broker_timeout_s)
     ensure_run_topics(kafka, RunTopics.for_run(settings.run_id), settings.workers)
+
+
+def validate_launch(settings: LaunchSettings, env_id: str, timeout_s: float = 5.0) -> None:
+    """Refuse a launch that could only fail, before it creates anything: a ``ConfigError``.
+
+    Checked: the environment can be made (and has the spaces the algorithms support), the
+    broker answers and holds no topic of this run id, the checkpoint store answers (the
+    bucket exists) and holds no object of this run id. A run id reused after a finished
+    run would otherwise "finish" at once on that run's announcements, training nothing.
+    """
+    check_env(env_id)
+    try:
+        check_kafka_run_free(settings, timeout_s)
+        check_store_run_free(settings, timeout_s)
+    except ServiceUnavailableError as error:
+        # At launch an unreachable service is an address to fix, not a blip to wait out.
+        raise ConfigError(str(error)) from None
+
+
+def check_env(env_id: str) -> None:
+    """``env_id`` can be made (its gymnasium extra is installed) and its spaces fit."""
+    from coach_stream.envs import probe_shape  # gymnasium: only when a launch needs it
+
+    probe_shape(env_id)
+
+
+def check_kafka_run_free(settings: LaunchSettings, timeout_s: float = 10.0) -> None:
+    """The broker answers and has none of the run's topics."""
+    from coach_stream.transport.admin import check_broker
+    from coach_stream.transport.settings import KafkaSettings, RunTopics
+
+    kafka = KafkaSettings(bootstrap_servers=settings.kafka_bootstrap)
+    metadata = check_broker(kafka, timeout=timeout_s)
+    topics = RunTopics.for_run(settings.run_id, kafka.topic_prefix)
+    taken = [
+        t for t in (topics.experience, topics.control, topics.dead_letter) if t in metadata.topics
+    ]
+    if taken:
+        raise ConfigError(
+            f"Run id {settings.run_id!r} is already used in Kafka at {kafka.bootstrap_servers} "
+            f"(topics {', '.join(taken)} exist); choose another --run-id."
+        )
+
+
+def check_store_run_free(settings: LaunchSettings, timeout_s: float = 10.0) -> None:
+    """The checkpoint store answers (the bucket exists) and holds nothing of the run."""
+    # Imported here: the checkpoints package imports torch (~3 s), which `launch` does not
+    # otherwise need.
+    from coach_stream.checkpoints import GcsCheckpointStore, LocalCheckpointStore, RetryPolicy
+    from coach_stream.checkpoints.keys import policies_prefix, trainer_prefix
+
+    url = settings.checkpoints
+    store: GcsCheckpointStore | LocalCheckpointStore
+    if url.startswith("gs://"):
+        bucket, _, prefix = url.removeprefix("gs://").partition("/")
+        store = GcsCheckpointStore(
+            bucket,
+            prefix,
+            emulator_host=settings.gcs_emulator,
+            retry=RetryPolicy(attempts=3, initial_backoff_s=0.2, deadline_s=timeout_s / 2),
+            timeout_s=timeout_s / 2,
+        )
+    else:
+        root = Path(url.removeprefix("file://"))
+        _check_creatable(root)
+        store = LocalCheckpointStore(root)
+    with store:
+        found = [*store.list(policies_prefix(settings.run_id))]
+        found += store.list(trainer_prefix(settings.run_id))
+    if found:
+        raise ConfigError(
+            f"Run id {settings.run_id!r} is already used in the checkpoint store {url} "
+            f"({len(found)} objects, e.g. {found[0]}); choose another --run-id."
+        )
+
+
+def _check_creatable(root: Path) -> None:
+    """``root`` is a directory, or can become one, that this user may write to."""
+    existing = root
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"The checkpoint directory {root} cannot be created ({existing} is not a "
+            "writable directory); fix --checkpoints."
+        )
+
+
+def discard_launch(settings: LaunchSettings, state_dir: Path) -> None:
+    """Undo a launch that failed before its run started: its topics and its run directory.
+
+    Only for a run id that ``validate_launch`` found free, so nothing deleted here
+    belonged to another run.
+    """
+    from coach_stream.transport.admin import delete_run_topics
+    from coach_stream.transport.settings import KafkaSettings, RunTopics
+
+    kafka = KafkaSettings(bootstrap_servers=settings.kafka_bootstrap)
+    with contextlib.suppress(Exception):  # best effort: the launch's own error is the news
+        delete_run_topics(kafka, RunTopics.for_run(settings.run_id, kafka.topic_prefix))
+    shutil.rmtree(state_dir / "runs" / settings.run_id, ignore_errors=True)
 
 
 def follow(
@@ -114,4 +230,4 @@ def follow(
     if on_update is not None:
         on_update(progress, record)
     wall = (ended_at if ended_at is not None else time.monotonic()) - started
-    return RunOutcome(run_id, record.state, progress, wall, timed_out)
+    return RunOutcome(run_id, record.state, progress, wall, record, timed_out)

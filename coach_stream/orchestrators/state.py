@@ -47,6 +47,10 @@ class SupervisorConfig:
     max_backoff_s: float = 30.0
     max_restarts: int = 10
     """A task that crashed this many times is FAILED (a crash loop is a bug, not bad luck)."""
+    final_exit_codes: tuple[int, ...] = (2,)
+    """Exit codes that mean "a restart cannot help" (``coach-stream`` exits 2 for a bad
+    preset, a missing environment or bucket): such a task is FAILED at once and ends the
+    run. Any other non-zero exit (3: a service was unreachable; 1: a crash) restarts."""
     healthy_after_s: float = 60.0
     """A task that ran this long before crashing restarts after the initial backoff again."""
     poll_interval_s: float = 0.2
@@ -87,6 +91,8 @@ class RunRecord:
     supervisor: ProcessRecord | None = None
     created_at_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     ended_at_ms: int | None = None
+    failure: str | None = None
+    """Why the run failed at once: ``<task> exited with code 2: <its last log line>``."""
 
     def task(self, name: str) -> TaskRecord:
         for task in self.tasks:
@@ -101,6 +107,7 @@ class RunRecord:
             "state": self.state.value,
             "created_at_ms": self.created_at_ms,
             "ended_at_ms": self.ended_at_ms,
+            "failure": self.failure,
             "supervisor": self.supervisor.to_json() if self.supervisor else None,
             "config": asdict(self.config),
             "tasks": [
@@ -142,12 +149,17 @@ class RunRecord:
             run_id=data["run_id"],
             tasks=tasks,
             config=SupervisorConfig(
-                **{**data["config"], "preload": tuple(data["config"].get("preload", ()))}
+                **{
+                    **data["config"],
+                    "preload": tuple(data["config"].get("preload", ())),
+                    "final_exit_codes": tuple(data["config"].get("final_exit_codes", (2,))),
+                }
             ),
             state=RunState(data["state"]),
             supervisor=ProcessRecord.from_json(supervisor) if supervisor else None,
             created_at_ms=int(data["created_at_ms"]),
             ended_at_ms=data.get("ended_at_ms"),
+            failure=data.get("failure"),
         )
 
 

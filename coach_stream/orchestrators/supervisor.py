@@ -192,6 +192,13 @@ class Supervisor:
         config = self.record.config
         if code == 0:
             live.record.state = TaskState.COMPLETE
+        elif code in config.final_exit_codes:
+            # The task refused its input (bad preset, missing env or bucket): every restart
+            # would fail the same way, so it fails now and takes the run with it.
+            live.record.state = TaskState.FAILED
+            if self.record.failure is None and not self._primary_complete():
+                line = last_error_line(self._dir.log_path(live.record.spec.name))
+                self.record.failure = f"{live.record.spec.name} exited with code {code}: {line}"
         elif live.record.spec.restart and live.record.restarts < config.max_restarts:
             ran_for = now - live.started_at
             healthy = ran_for >= config.healthy_after_s
@@ -212,33 +219,48 @@ class Supervisor:
             )
 
     def _check_run_end(self, now: float) -> bool:
-        record = self.record
-        primary = [
-            live for live in self._tasks if live.record.spec.group == record.config.primary_group
-        ]
-        states = [live.record.state for live in self._tasks]
-        if primary:
-            primary_states = {live.record.state for live in primary}
-            if TaskState.FAILED in primary_states:
-                self.stop_all(RunState.FAILED)
-                return True
-            if primary_states == {TaskState.COMPLETE}:
-                for live in self._tasks:  # no restarts once the run is over
-                    if live.record.state is TaskState.RESTARTING:
-                        live.record.state = TaskState.STOPPED
-                states = [live.record.state for live in self._tasks]
-                if all(state in TERMINAL_TASK_STATES for state in states):
-                    return self._finish(RunState.COMPLETE)
-                if self._linger_until is None:
-                    self._linger_until = now + record.config.linger_s
-                elif now >= self._linger_until:
-                    self.stop_all(RunState.COMPLETE)
-                    return True
-            return False
-        if all(state in TERMINAL_TASK_STATES for state in states):
-            ok = all(state is TaskState.COMPLETE for state in states)
-            return self._finish(RunState.COMPLETE if ok else RunState.FAILED)
+        """End the run when its primary task (the trainer) is done, or when it cannot go on."""
+        if self._primary_complete():
+            return self._wind_down(now)
+        if self.record.failure is not None or self._primary_failed():
+            self.stop_all(RunState.FAILED)
+            return True
+        if not self._primary():
+            return self._all_ended()
         return False
+
+    def _primary(self) -> list[_Live]:
+        group = self.record.config.primary_group
+        return [live for live in self._tasks if live.record.spec.group == group]
+
+    def _primary_complete(self) -> bool:
+        primary = self._primary()
+        return bool(primary) and all(live.record.state is TaskState.COMPLETE for live in primary)
+
+    def _primary_failed(self) -> bool:
+        return any(live.record.state is TaskState.FAILED for live in self._primary())
+
+    def _wind_down(self, now: float) -> bool:
+        """The trainer is done: no more restarts; the others get ``linger_s`` to exit."""
+        for live in self._tasks:
+            if live.record.state is TaskState.RESTARTING:
+                live.record.state = TaskState.STOPPED
+        if all(live.record.state in TERMINAL_TASK_STATES for live in self._tasks):
+            return self._finish(RunState.COMPLETE)
+        if self._linger_until is None:
+            self._linger_until = now + self.record.config.linger_s
+        elif now >= self._linger_until:
+            self.stop_all(RunState.COMPLETE)
+            return True
+        return False
+
+    def _all_ended(self) -> bool:
+        """A run without a primary task ends when all its tasks have."""
+        states = [live.record.state for live in self._tasks]
+        if not all(state in TERMINAL_TASK_STATES for state in states):
+            return False
+        ok = all(state is TaskState.COMPLETE for state in states)
+        return self._finish(RunState.COMPLETE if ok else RunState.FAILED)
 
     def _finish(self, final: RunState) -> bool:
         self.record.state = final
@@ -252,6 +274,19 @@ class Supervisor:
 
     def _save(self) -> None:
         self._dir.write(self.record)
+
+
+def last_error_line(log_path: Path, max_bytes: int = 16_384) -> str:
+    """The last line a task printed (its error, when it failed), without supervisor notes."""
+    try:
+        with log_path.open("rb") as log:
+            log.seek(max(0, log_path.stat().st_size - max_bytes))
+            text = log.read().decode("utf-8", errors="replace")
+    except OSError:
+        return "(no log)"
+    lines = [line.strip() for line in text.splitlines()]
+    lines = [line for line in lines if line and not line.startswith("# coach-stream")]
+    return lines[-1] if lines else "(it printed nothing)"
 
 
 def main(argv: list[str] | None = None) -> int:
