@@ -3,9 +3,10 @@
 It owns what PPO and DQN share: reading the experience log, counting env steps and
 policy lag (newest announced version minus each chunk's behaviour version), publishing
 versions through the ``Announcer`` (trainer state is saved *before* its policy is
-announced, so every announced version has a resume point at or after it), watching the
-control topic for ``EvaluationReport``s, and ending the run: target return reached (mean
-of the last ``eval_episodes`` greedy returns) or env-step budget spent.
+announced, so the newest announced version always has a trainer state at or before it,
+at it when ``checkpoint_every`` is 1), watching the control topic for
+``EvaluationReport``s, and ending the run: target return reached (mean of the last
+``eval_episodes`` greedy returns) or env-step budget spent.
 
 Resume after ``kill -9``: the newest ``runs/<run_id>/trainer/<v>.pt`` restores model,
 optimizer, counters and RNG; the reader seeks to its stored positions; DQN first re-reads
@@ -68,8 +69,8 @@ class TrainerSettings:
     control_poll_s: float = 0.05  # how often the control topic is checked for evaluations
     refill: bool = False  # re-read the log behind the stored positions on resume (DQN)
     refill_idle_s: float = 30.0
-    """A refill that reads nothing new for this long stops short (the log was truncated
-    by retention, or the broker is unreachable) and the trainer goes on with what it has."""
+    """A refill that reads nothing new for this long stops short (the topic was recreated,
+    or the broker is unreachable) and the trainer goes on with what it has."""
 
 
 class Trainer:
@@ -308,7 +309,7 @@ class Trainer:
             elif self.clock() - idle_since > self.settings.refill_idle_s:
                 log.warning(
                     "replay refill read nothing for %.0f s and stopped at %s short of %s "
-                    "(log truncated by retention, or the broker unreachable)",
+                    "(topic recreated, or the broker unreachable)",
                     self.settings.refill_idle_s,
                     positions,
                     target,

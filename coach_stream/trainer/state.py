@@ -2,8 +2,10 @@
 
 Model, optimizer, counters, RNG and the reader's **positions** (next offset per
 partition) are saved together with the policy version they belong to, so a trainer killed
-with ``kill -9`` resumes exactly: it seeks to the stored positions and continues as if it
-had never stopped (an off-policy replay buffer is refilled from the log behind them).
+with ``kill -9`` resumes from that version as it was: it seeks to the stored positions
+and reads on from there (an off-policy replay buffer is refilled from the log behind
+them). Updates made after the newest saved state (up to ``checkpoint_every`` versions'
+worth) are lost and redone from the log; with ``checkpoint_every=1`` (PPO) nothing is.
 The file is written with ``torch.save`` and read with ``weights_only=True``: tensors and
 plain containers only, no code.
 """
