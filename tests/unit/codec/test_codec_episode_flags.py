@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from test_codec_chunks import make_chunk
 
 from coach_stream.codec import decode_chunk, encode_chunk
 from coach_stream.errors import EncodeError
+from coach_stream.testing.chunks import make_chunk
 
 EARLY_FLAGS = [
     ("terminated", [0, 1, 0, 0, 1]),  # an earlier flag besides the last one

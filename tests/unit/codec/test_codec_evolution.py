@@ -10,7 +10,6 @@ from typing import Any
 import avro.io
 import avro.schema
 import pytest
-from test_codec_chunks import make_chunk
 
 from coach_stream.codec import (
     ChunkCodec,
@@ -22,6 +21,7 @@ from coach_stream.codec import (
 from coach_stream.codec.avro import HEADER_SIZE, MAGIC
 from coach_stream.codec.chunks import CHUNK_SCHEMA
 from coach_stream.errors import ConfigError, DecodeError
+from coach_stream.testing.chunks import make_chunk
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
