@@ -31,6 +31,9 @@ class TopicPlan:
 
 
 def unreachable(settings: KafkaSettings, timeout: float, cause: object) -> ServiceUnavailableError:
+    """The one sentence for a broker that did not answer; ``cause`` is librdkafka's reason."""
+    if isinstance(cause, KafkaError):
+        cause = cause.str()
     return ServiceUnavailableError(
         f"Kafka at {settings.bootstrap_servers} did not answer within {timeout:g}s ({cause}); "
         "start it with `coach-stream stack up` or set KAFKA_BOOTSTRAP_SERVERS to a running broker."

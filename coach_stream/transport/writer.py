@@ -26,8 +26,9 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from coach_stream.codec import encode_chunk
 from coach_stream.core import ExperienceChunk
-from coach_stream.errors import DeliveryError, ServiceUnavailableError
+from coach_stream.errors import DeliveryError
 from coach_stream.transport import clients, tail
+from coach_stream.transport.admin import unreachable
 from coach_stream.transport.settings import ConfigValue, KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -75,10 +76,7 @@ class KafkaRecordProducer:
         try:
             self._client().list_topics(self.topic, timeout=timeout)
         except KafkaException as exc:
-            raise ServiceUnavailableError(
-                f"Kafka at {self.settings.bootstrap_servers} did not answer within "
-                f"{timeout:g} s ({exc.args[0]}); check that the broker is up."
-            ) from exc
+            raise unreachable(self.settings, timeout, exc.args[0]) from exc
 
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
         if error is None:
