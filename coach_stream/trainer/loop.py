@@ -45,7 +45,12 @@ from coach_stream.core import (
     PolicyVersion,
     RunFinished,
 )
-from coach_stream.errors import ResumeError
+from coach_stream.errors import (
+    CheckpointError,
+    CheckpointNotFoundError,
+    IntegrityError,
+    ResumeError,
+)
 from coach_stream.trainer.state import TrainerState, state_from_bytes, state_to_bytes
 
 log = logging.getLogger(__name__)
@@ -262,11 +267,27 @@ class Trainer:
         )
 
     def _newest_state(self) -> TrainerState | None:
+        """The newest stored trainer state that loads; None when there is none at all.
+
+        An unloadable (damaged) or vanished state is skipped for the next older one: that
+        is what keeping ``keep_trainer_states`` of them is for. A store outage is raised.
+        """
         versions = stored_trainer_versions(self.store, self.settings.run_id)
-        if not versions:
-            return None
-        key = trainer_key(self.settings.run_id, versions[-1])
-        return state_from_bytes(self.store.get(self.store.uri(key)))
+        first_error: CheckpointError | None = None
+        for version in reversed(versions):
+            uri = self.store.uri(trainer_key(self.settings.run_id, version))
+            try:
+                return state_from_bytes(self.store.get(uri))
+            except (IntegrityError, CheckpointNotFoundError) as error:
+                log.warning("skipping trainer state %s: %s", uri, error)
+                first_error = first_error or error
+        if first_error is not None:
+            where = self.store.uri(trainer_prefix(self.settings.run_id).rstrip("/"))
+            raise ResumeError(
+                f"none of the {len(versions)} trainer states in {where} can be loaded (the "
+                f"newest: {first_error}); restore them or start a new run id."
+            )
+        return None
 
     def _lost_state_message(self, newest: PolicyVersion) -> str:
         where = self.store.uri(trainer_prefix(self.settings.run_id).rstrip("/"))

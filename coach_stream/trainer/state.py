@@ -72,6 +72,6 @@ def state_from_bytes(blob: bytes) -> TrainerState:
         )
     except Exception as error:
         raise IntegrityError(
-            f"Trainer state cannot be loaded ({error}); delete the run's trainer/ checkpoints "
-            "to start over, or use a new run id."
+            f"trainer state cannot be loaded ({error}); it is damaged or from another "
+            "version of coach_stream, so restore it or use a new run id."
         ) from error

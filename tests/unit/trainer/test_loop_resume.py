@@ -210,3 +210,29 @@ def test_refill_stops_after_the_idle_setting_when_the_log_falls_short(
     assert events.of("refilled")[0] == {"chunks": 3, "positions": {0: 3}}
     assert "stopped at {0: 3} short of {0: 10}" in caplog.text
     assert 5.0 < clock.now < 15.0  # the setting, not a fixed 30 s, ended the wait
+
+
+def test_a_damaged_newest_state_falls_back_to_the_next_older() -> None:
+    log, control, store = MemoryLog(), MemoryControlLog(), MemoryCheckpointStore()
+    first = make_trainer(CountingLearner(publish=True), log, control, store)
+    first.start()
+    first.iterate()
+    first.iterate()
+    newest = f"{trainer_prefix(RUN)}{2:08d}.pt"
+    store.replace(newest, b"not a torch file")
+    events = Events()
+    resumed = make_trainer(CountingLearner(publish=True), log, control, store, events)
+    assert resumed.start() is None
+    assert events.of("resumed")[0]["from_version"] == 1
+    assert announced(control) == [0, 1, 2, 3]  # version 1's weights, announced anew
+
+
+def test_no_loadable_state_at_all_is_one_clear_error() -> None:
+    log, control, store = MemoryLog(), MemoryControlLog(), MemoryCheckpointStore()
+    first = make_trainer(CountingLearner(publish=True), log, control, store)
+    first.start()
+    first.iterate()
+    for key in [k for k in store.objects if k.startswith(trainer_prefix(RUN))]:
+        store.replace(key, b"junk")
+    with pytest.raises(ResumeError, match=r"none of the 2 trainer states .* can be loaded"):
+        make_trainer(CountingLearner(), log, control, store).start()
