@@ -46,7 +46,9 @@ def up(
 @stack_app.command("down")
 def down(
     cache_dir: Path | None = CacheOption,
-    purge: bool = typer.Option(False, "--purge", help="Also delete Kafka's data and ports."),
+    purge: bool = typer.Option(
+        False, "--purge", help="Also delete Kafka's data, the emulator's objects and the ports."
+    ),
 ) -> None:
     """Stop the processes the stack started (and nothing else)."""
     stopped = _stack(cache_dir).down(purge=purge)
