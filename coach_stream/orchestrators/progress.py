@@ -71,7 +71,9 @@ class RunProgress:
 
     eval_episodes: int = 20
     trainer: dict[str, Any] = field(default_factory=dict)
-    """The trainer's last "progress" event (env_steps, updates, policy_version, ...)."""
+    """The trainer's last "progress" event: namespaced keys (``time/env_steps``,
+    ``time/policy_version``, ``rollout/policy_lag_mean``, ``eval/mean_return``,
+    ``train/loss``, ...; docs/algorithms.md lists them)."""
     workers: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Each rollout task's last "progress" event."""
     evaluation: dict[str, Any] | None = None
@@ -120,16 +122,17 @@ class RunProgress:
         The trainer's figure is the one that ends the run, so it wins once reported; until
         then the evaluator's round means stand in.
         """
-        for event in (self.finished or {}, self.trainer):
-            if (exact := _number(event.get("eval_mean_return"))) is not None:
-                return exact
+        finished, trainer = self.finished or {}, self.trainer
+        for exact in (finished.get("eval_mean_return"), trainer.get("eval/mean_return")):
+            if (number := _number(exact)) is not None:
+                return number
         if not self._eval_returns:
             return None
         return sum(self._eval_returns) / len(self._eval_returns)
 
     @property
     def env_steps(self) -> int | None:
-        value = _number(self.trainer.get("env_steps"))
+        value = _number(self.trainer.get("time/env_steps"))
         return int(value) if value is not None else None
 
     @property
@@ -140,7 +143,8 @@ class RunProgress:
         return sum(known) if known else None
 
     def figure(self, key: str) -> float | None:
-        """A number from the trainer's last progress event (None until reported)."""
+        """A number from the trainer's last progress event by its namespaced key, such as
+        ``"time/env_steps_per_s"`` (None until reported)."""
         return _number(self.trainer.get(key))
 
 

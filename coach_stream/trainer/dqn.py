@@ -1,4 +1,4 @@
-"""DQN with double-Q targets, a target network and a samples-per-insert limiter.
+"""DQN with (optionally) double-Q targets, a target network and a samples-per-insert limiter.
 
 ASYNC mode: workers act epsilon-greedily with whatever version they hold and never wait;
 every chunk, whatever its version, goes into the replay buffer (off-policy learning).
@@ -6,11 +6,18 @@ Gradient steps are paced by the limiter (``replay.py``) rather than by env steps
 ratio of learning to experience is the preset's, however many workers there are. After
 ``publish_every`` gradient steps the loop announces a new version.
 
-The loss, as in SB3/CleanRL (Huber on the TD error)::
+The loss is the Huber loss (``smooth_l1``, threshold 1) on the one-step TD error, with
+double-Q targets (van Hasselt et al., 2016) when ``dqn.double_q`` is set::
 
-    a* = argmax_a Q_online(s', a)                      (double-Q: online net picks)
-    y  = r + gamma * (1 - terminated) * Q_target(s', a*)  (target net evaluates)
+    a* = argmax_a Q_online(s', a)   if double_q   (the online net picks the action)
+         argmax_a Q_target(s', a)   otherwise     (plain DQN: max over the target net)
+    y  = r + gamma * (1 - terminated) * Q_target(s', a*)   (the target net evaluates it)
     loss = smooth_l1(Q_online(s, a), y)
+
+For comparison (read in their sources): SB3's DQN uses the same Huber loss with the plain
+max target; CleanRL's ``dqn.py`` uses the mean squared error and the plain max target.
+The target net follows the online one every ``target_update_every`` gradient steps, by
+Polyak averaging with ``tau`` (1.0: a copy).
 """
 
 from __future__ import annotations
@@ -108,10 +115,9 @@ class DQN:
         publish = self._since_publish >= c.publish_every
         if publish:
             self._since_publish = 0
-        metrics = {
-            "td_loss": sum(losses) / len(losses) if losses else float("nan"),
-            "q_values": sum(q_means) / len(q_means) if q_means else float("nan"),
+        metrics = {  # means over this call's gradient steps
             "loss": sum(losses) / len(losses) if losses else float("nan"),
+            "q_values": sum(q_means) / len(q_means) if q_means else float("nan"),
             "replay_size": float(self.buffer.size),
             "samples_per_insert_budget": self.limiter.budget,
             "gradient_steps": float(steps),

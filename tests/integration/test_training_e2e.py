@@ -183,7 +183,7 @@ def test_cartpole_dqn_async_solves(
     outcome = follow(orchestrator, run_id, timeout_s=RUN_TIMEOUT_S)
 
     assert_solved(outcome, orchestrator, "cartpole-dqn")
-    assert outcome.progress.figure("policy_version") is not None
+    assert outcome.progress.figure("time/policy_version") is not None
 
 
 @pytest.mark.parametrize("preset", ["cartpole-dqn", "cartpole-ppo"])
@@ -203,7 +203,7 @@ def test_trainer_kill_9_resumes_from_stored_positions_and_still_solves(
     try:
         before = wait_for(
             orchestrator, run_id, "the trainer's 4th policy version",
-            lambda p: (p.figure("policy_version") or 0) >= 4,
+            lambda p: (p.figure("time/policy_version") or 0) >= 4,
         )  # fmt: skip
         trainer = orchestrator.status(run_id)[0]
         assert trainer.name == "trainer" and trainer.pid is not None
@@ -243,7 +243,7 @@ def test_sync_run_with_a_worker_killed_mid_run_completes(
     )  # fmt: skip
     wait_for(
         orchestrator, run_id, "the trainer's 3rd policy version",
-        lambda p: (p.figure("policy_version") or 0) >= 3,
+        lambda p: (p.figure("time/policy_version") or 0) >= 3,
     )  # fmt: skip
     victim = {s.name: s for s in orchestrator.status(run_id)}["rollout-1"]
     assert victim.pid is not None

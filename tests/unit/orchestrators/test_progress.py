@@ -35,15 +35,15 @@ def test_progress_keeps_the_latest_figures_and_the_last_eval_episodes() -> None:
     progress.feed(
         "trainer", "# coach-stream 2026-01-01T00:00:00+00:00: start trainer (restarts: 0)"
     )
-    progress.feed("trainer", event("progress", env_steps=100, policy_version=2))
-    progress.feed("trainer", event("progress", env_steps=200, policy_version=3))
+    progress.feed("trainer", event("progress", **{"time/env_steps": 100, "time/policy_version": 2}))
+    progress.feed("trainer", event("progress", **{"time/env_steps": 200, "time/policy_version": 3}))
     progress.feed("rollout-0", event("progress", env_steps=50, env_steps_per_s=10.0))
     progress.feed("rollout-1", event("progress", env_steps=60, env_steps_per_s=12.5))
     progress.feed("evaluator", event("evaluation", mean_return=10.0, episodes=2))
     progress.feed("evaluator", event("evaluation", mean_return=20.0, episodes=2))
     progress.feed("evaluator", event("evaluation", mean_return=40.0, episodes=2))
 
-    assert (progress.env_steps, progress.figure("policy_version")) == (200, 3.0)
+    assert (progress.env_steps, progress.figure("time/policy_version")) == (200, 3.0)
     assert progress.worker_env_steps_per_s == 22.5
     assert progress.mean_eval_return == 30.0  # the last 4 episodes: 20, 20, 40, 40
     assert progress.trainer_starts == 1
@@ -51,7 +51,7 @@ def test_progress_keeps_the_latest_figures_and_the_last_eval_episodes() -> None:
 
     progress.feed("trainer", event("evaluation", mean_return=99.0, episodes=2))  # an echo
     assert progress.mean_eval_return == 30.0
-    progress.feed("trainer", event("progress", env_steps=300, eval_mean_return=31.5))
+    progress.feed("trainer", event("progress", **{"time/env_steps": 300, "eval/mean_return": 31.5}))
     assert progress.mean_eval_return == 31.5  # the trainer's exact figure wins
 
     progress.feed("trainer", event("finished", reason="target_reached", eval_mean_return=480.0))
@@ -60,11 +60,12 @@ def test_progress_keeps_the_latest_figures_and_the_last_eval_episodes() -> None:
 
 
 def test_read_progress_reads_every_task_log(tmp_path: Path) -> None:
-    (tmp_path / "trainer.log").write_text(event("progress", env_steps=7, loss=float("nan")) + "\n")
+    trainer_line = event("progress", **{"time/env_steps": 7, "train/loss": float("nan")})
+    (tmp_path / "trainer.log").write_text(trainer_line + "\n")
     (tmp_path / "evaluator.log").write_text(
         event("evaluation", mean_return=500, episodes=20) + "\n"
     )
     progress = read_progress(tmp_path)
     assert progress.env_steps == 7
-    assert progress.figure("loss") is None
+    assert progress.figure("train/loss") is None
     assert progress.mean_eval_return == 500

@@ -18,7 +18,8 @@ def test_ppo_sync_solves_cartpole(in_process_run: Any) -> None:
     finished = run.run(max_steps=120)
     assert finished is not None and finished.reason == "target_reached"
     progress = run.trainer_events.of("progress")[-1]
-    assert progress["dropped_stale"] == 0 and progress["policy_lag_mean"] in (0.0, None)
+    assert progress["rollout/dropped_stale"] == 0
+    assert progress["rollout/policy_lag_mean"] in (0.0, None)
     assert run.trainer_events.of("finished")[0]["eval_mean_return"] >= 475
 
 
