@@ -101,8 +101,12 @@ def test_fifty_versions_and_a_late_joiner_gets_the_latest(
         for i in range(50):
             message = announcer.publish_policy(weights(i), trainer_step=i, env_steps=100 * i)
             assert message.version == i
-        first = early.wait_for(0, timeout=30)  # the early worker keeps up, swapping forward
-        assert first.version.version >= 0
+        # Whichever version the early worker has swapped to by now, it is that version's
+        # policy: weights and step count as announced, not a mix of two versions.
+        first = early.wait_for(0, timeout=30)
+        assert first.version.env_steps == 100 * first.version.version
+        expected = torch.full((8,), float(first.version.version))
+        assert torch.equal(first.state_dict["w"], expected)  # type: ignore[arg-type]
         assert early.wait_for(49, timeout=30).version.version == 49
 
     with KafkaControlSubscriber(settings, topics) as late_sub:

@@ -231,16 +231,18 @@ def test_hostile_records_are_dead_lettered_and_good_ones_delivered(
     finally:
         consumer.close()
     reasons: dict[int, set[str]] = defaultdict(set)
+    sources: set[tuple[int, int]] = set()
     for letter in letters:
         headers = {k: v.decode() for k, v in letter.headers()}
         kind, value = bad[letter.key()]
         assert letter.value() == value
         assert headers["source.topic"] == topics.experience
         assert int(headers["source.partition"]) in range(PARTITIONS)
-        assert int(headers["source.offset"]) >= 0
+        sources.add((int(headers["source.partition"]), int(headers["source.offset"])))
         assert headers["error"]
         reasons[kind].add(headers["error"].split(" ")[0])
     assert set(reasons) == set(range(6))
+    assert len(sources) == 100  # each letter names its own source record
 
 
 def test_produced_bytes_are_standard_avro(settings: KafkaSettings, topics: RunTopics) -> None:

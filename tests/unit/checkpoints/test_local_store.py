@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from coach_stream.checkpoints import LocalCheckpointStore, policy_key, sha256_hex
-from coach_stream.core import CheckpointStore
 from coach_stream.errors import (
     AlreadyExistsError,
     CheckpointError,
@@ -20,10 +19,6 @@ from coach_stream.errors import (
 @pytest.fixture
 def store(tmp_path: Path) -> LocalCheckpointStore:
     return LocalCheckpointStore(tmp_path / "ckpt")
-
-
-def test_implements_the_protocol(store: LocalCheckpointStore) -> None:
-    assert isinstance(store, CheckpointStore)
 
 
 def test_constructor_does_no_io(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from coach_stream.control import Announcer, CheckpointPolicySource
-from coach_stream.core import EvaluationReport, PolicySource, PolicyVersion
+from coach_stream.core import EvaluationReport, PolicyVersion
 from coach_stream.errors import RunEndedError
 from coach_stream.testing.memory_control import (
     MemoryControlLog,
@@ -36,10 +36,6 @@ def source(
 def value_of(policy: object) -> float:
     state = policy.state_dict  # type: ignore[attr-defined]
     return float(state["w"][0])
-
-
-def test_implements_the_protocol(source: CheckpointPolicySource) -> None:
-    assert isinstance(source, PolicySource)
 
 
 def test_latest_is_none_before_any_announcement(source: CheckpointPolicySource) -> None:

@@ -37,8 +37,9 @@ def test_limiter_keeps_samples_per_insert() -> None:
     assert limiter.budget == 8
 
 
-def _chunk(n: int, terminated: bool) -> ExperienceChunk:
-    obs = np.arange((n + 1) * 2, dtype=np.float32).reshape(n + 1, 2)
+def _chunk(n: int, terminated: bool, start: float = 0.0) -> ExperienceChunk:
+    """Observation row i is ``[start + 2i, start + 2i + 1]``, so each step is recognisable."""
+    obs = np.arange((n + 1) * 2, dtype=np.float32).reshape(n + 1, 2) + start
     term = np.zeros(n, np.bool_)
     term[-1] = terminated
     return ExperienceChunk(
@@ -56,11 +57,16 @@ def _chunk(n: int, terminated: bool) -> ExperienceChunk:
     )
 
 
-def test_replay_buffer_stores_transitions_and_wraps() -> None:
+def test_replay_buffer_overwrites_the_oldest_transitions_when_full() -> None:
     buffer = ReplayBuffer(capacity=5, obs_shape=(2,))
-    assert buffer.add_chunk(_chunk(3, terminated=True)) == 3
-    buffer.add_chunk(_chunk(4, terminated=False))
+    assert buffer.add_chunk(_chunk(3, terminated=True, start=100)) == 3
+    assert buffer.add_chunk(_chunk(4, terminated=False, start=200)) == 4
     assert buffer.size == 5
-    sample = buffer.sample(64, torch.Generator().manual_seed(0))
+    sample = buffer.sample(512, torch.Generator().manual_seed(0))
+    # 7 transitions into 5 slots: the second chunk's 4 and the first chunk's last one are
+    # left; the first chunk's first two (100, 102) were overwritten.
+    assert set(sample.observations[:, 0].tolist()) == {104.0, 200.0, 202.0, 204.0, 206.0}
     assert torch.equal(sample.next_observations, sample.observations + 2)
-    assert sample.terminated.sum() <= 64 and set(sample.actions.tolist()) == {1}
+    # The one terminal transition kept is the first chunk's last step.
+    assert torch.equal(sample.terminated.bool(), sample.observations[:, 0] == 104.0)
+    assert set(sample.actions.tolist()) == {1}

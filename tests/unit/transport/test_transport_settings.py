@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from coach_stream.core import ExperienceChunk, ExperienceReader, ExperienceWriter
+from coach_stream.core import ExperienceChunk
 from coach_stream.errors import ConfigError, EncodeError
 from coach_stream.testing.memory_log import (
     MemoryExperienceReader,
@@ -100,12 +102,22 @@ def test_topic_plan_is_explicit() -> None:
         plan_run_topics(settings, RunTopics.for_run("r"), 0)
 
 
+def _librdkafka_threads() -> int:
+    """librdkafka starts its threads (named ``rdk:...``) as soon as a client is created."""
+    names = [path.read_text() for path in Path("/proc/self/task").glob("*/comm")]
+    return sum(name.startswith("rdk:") for name in names)
+
+
 def test_kafka_clients_do_no_io_in_constructors() -> None:
     settings = KafkaSettings(bootstrap_servers="127.0.0.1:1")
+    before = _librdkafka_threads()
     writer = KafkaExperienceWriter(settings, "t")
     reader = KafkaExperienceReader(settings, RunTopics.for_run("r"), "g")
-    assert isinstance(writer, ExperienceWriter) and isinstance(reader, ExperienceReader)
+    assert _librdkafka_threads() == before  # no librdkafka client yet, so nothing can connect
     writer.close()  # never opened: nothing to flush
+    with writer:
+        # Opening creates the client, so the check above is one that can fail.
+        assert _librdkafka_threads() > before
     with pytest.raises(RuntimeError, match="outside `with`"):
         reader.read(1, 0)
 
@@ -129,7 +141,6 @@ def _chunk(seq: int) -> ExperienceChunk:
 def test_memory_log_mirrors_the_kafka_pair() -> None:
     log = MemoryLog(through_codec=True)
     with MemoryExperienceWriter(log) as writer, MemoryExperienceReader(log) as reader:
-        assert isinstance(writer, ExperienceWriter) and isinstance(reader, ExperienceReader)
         for seq in range(5):
             writer.write(_chunk(seq))
         assert [c.chunk_seq for c in reader.read(3, 0)] == [0, 1, 2]
