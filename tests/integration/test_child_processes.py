@@ -7,24 +7,17 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from coach_stream import processes
 from coach_stream.processes import ProcessRecord
+from coach_stream.testing.waiting import wait_until
 
 SLEEPER = "import time; print('ready', flush=True); time.sleep(60)"
 IGNORES_SIGTERM = (
     "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
     "print('ready', flush=True); time.sleep(60)"
 )
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 def start(code: str, log: Path) -> ProcessRecord:

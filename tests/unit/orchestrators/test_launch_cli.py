@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from coach_stream.core import RunSpec, TaskSpec, TaskState
 from coach_stream.orchestrators import LocalOrchestrator, RunState, SupervisorConfig
 from coach_stream.orchestrators.launcher import follow
 from coach_stream.processes import group_members
+from coach_stream.testing.waiting import wait_until
 
 FAST = SupervisorConfig(initial_backoff_s=0.1, poll_interval_s=0.02, stop_grace_s=2.0, linger_s=0.3)
 
@@ -99,10 +99,11 @@ def test_status_logs_and_stop_commands(
     assert [t["name"] for t in shown["tasks"]] == ["trainer", "rollout-0", "evaluator"]
 
     # Stop only once the evaluator has written its line, which the logs check reads below.
-    deadline = time.monotonic() + 30
-    while '"mean_return"' not in "".join(orchestrator.logs("c1", "evaluator")):
-        assert time.monotonic() < deadline, "the evaluator never wrote its line"
-        time.sleep(0.02)
+    wait_until(
+        lambda: '"mean_return"' in "".join(orchestrator.logs("c1", "evaluator")),
+        timeout=30,
+        what="the evaluator's line",
+    )
     assert main(["stop", "c1", *state]) == 0
     assert "run c1: stopped" in capsys.readouterr().out
     assert orchestrator.record("c1").state is RunState.STOPPED

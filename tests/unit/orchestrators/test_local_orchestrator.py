@@ -6,8 +6,7 @@ import itertools
 import os
 import signal
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from coach_stream.core import RunSpec, TaskSpec, TaskState
 from coach_stream.errors import OrchestratorError
 from coach_stream.orchestrators import LocalOrchestrator, RunState, SupervisorConfig
 from coach_stream.processes import group_members
+from coach_stream.testing.waiting import wait_until
 
 FAST = SupervisorConfig(
     initial_backoff_s=0.1,
@@ -32,13 +32,6 @@ SLEEP = "import time; time.sleep(120)"
 
 def task(name: str, code: str, group: str = "rollout", restart: bool = True) -> TaskSpec:
     return TaskSpec(name=name, group=group, argv=(sys.executable, "-c", code), restart=restart)
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 def nothing_left(orchestrator: LocalOrchestrator, run_id: str) -> bool:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from coach_stream.core import RunSpec, TaskSpec, TaskState
 from coach_stream.orchestrators import LocalOrchestrator, RunState, SupervisorConfig
 from coach_stream.orchestrators.zygote import forkable_module
 from coach_stream.processes import group_members
+from coach_stream.testing.waiting import wait_until
 
 # `colorsys` is imported by nothing at interpreter start: finding it in sys.modules proves
 # the task is a fork of the supervisor that preloaded it, not a fresh interpreter.
@@ -77,10 +77,7 @@ def test_forked_tasks_exit_codes_restarts_and_stop(orchestrator: LocalOrchestrat
     with open(f"/proc/{sleeper_pid}/stat") as stat:  # a child of the supervisor itself
         assert int(stat.read().rsplit(")", 1)[1].split()[1]) == record.supervisor.pid
 
-    deadline = time.monotonic() + 20
-    while orchestrator.status("z2")[0].state is not TaskState.FAILED:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_until(lambda: orchestrator.status("z2")[0].state is TaskState.FAILED, what="crash")
     orchestrator.stop("z2")
 
     statuses = {s.name: s for s in orchestrator.status("z2")}
