@@ -156,6 +156,11 @@ def launch(
         raise OrchestratorError(
             "The nomad orchestrator is not implemented yet; use --orchestrator local."
         )
+    # librdkafka's own lines (a refused connection, "all brokers down") repeat what the one
+    # error line of a failed check says; the tasks still log them, into their log files.
+    from coach_stream.transport.clients import log as librdkafka_log
+
+    librdkafka_log.disabled = True
     plan = _plan(
         preset, workers, run_id, checkpoints, kafka, gcs_emulator, seed, overrides, state_dir
     )

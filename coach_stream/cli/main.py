@@ -7,6 +7,7 @@ pay for importing torch; ``--help`` (no command) imports them all to list them.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import sys
 from collections.abc import Sequence
@@ -90,6 +91,16 @@ def _usage_line(error: typer.TyperException) -> str:
     return f"{message.rstrip('.')}; see `{command} --help`."
 
 
+def _unknown_command(command: str) -> str:
+    known = sorted(COMMAND_MODULES)
+    close = difflib.get_close_matches(command, known, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return (
+        f"No such command {command!r}; {hint}use one of {', '.join(known)} "
+        "(see `coach-stream --help`)."
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return its exit code (see ``EXIT_*``); errors become one red line."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -97,12 +108,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command is None and "--version" in args:
         command = "--version"
     err = Console(stderr=True, highlight=False, soft_wrap=True)
+    if command is not None and command not in COMMAND_MODULES:
+        # Answered without importing every command group (torch & co., seconds).
+        err.print(f"[bold red]error:[/] {escape(_unknown_command(command))}")
+        return EXIT_BAD_INPUT
     try:
         # In non-standalone mode click hands back the code of a `typer.Exit(n)` (and 130
         # for Ctrl-C) as the return value instead of raising it, so the value must be used.
         result = build_app(command)(args=args, standalone_mode=False)
     except CoachStreamError as error:
-        err.print(f"[bold red]error:[/] {escape(str(error))}")
+        # One line, always: a message that quotes a YAML error or a broker's answer may span
+        # several, and scripts (and the supervisor) read the last line as the cause.
+        err.print(f"[bold red]error:[/] {escape(' '.join(str(error).split()))}")
         return exit_code_of(error)
     except typer.Exit as done:
         return int(done.exit_code or 0)
@@ -110,8 +127,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except typer.TyperException as error:
         if error.__class__.__name__ == "NoArgsIsHelpError":
-            # A bare `coach-stream` (or `coach-stream stack`): the help, and "nothing done".
-            typer.echo(error.format_message(), err=True)
+            # A bare `coach-stream` (or `coach-stream stack`): the help (rich prints it on
+            # stdout while formatting it), and exit 2, since nothing was done.
+            if message := error.format_message().strip():
+                typer.echo(message)
             return EXIT_BAD_INPUT
         # Usage errors (unknown flag or command, --workers abc, a value out of range).
         err.print(f"[bold red]error:[/] {escape(_usage_line(error))}")
