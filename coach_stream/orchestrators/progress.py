@@ -101,7 +101,7 @@ class RunProgress:
             self._add_evaluation(event)
         elif kind == "finished" and task == "trainer":
             self.finished = event
-        elif kind in ("resumed", "resume", "restored") and task == "trainer":
+        elif kind == "resumed" and task == "trainer":
             self.resumed.append(event)
 
     def _add_evaluation(self, event: dict[str, Any]) -> None:

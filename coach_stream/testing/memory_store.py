@@ -36,7 +36,6 @@ class MemoryCheckpointStore:
         self.outage = False
         self.fail_puts = False
         self.fail_gets = False
-        self.puts = 0
         self.gets = 0
 
     @property
@@ -51,7 +50,6 @@ class MemoryCheckpointStore:
     def put(self, key: str, data: bytes) -> StoredObject:
         self._check_available("write", self.fail_puts)
         with self._lock:
-            self.puts += 1
             if key in self._objects:
                 raise AlreadyExistsError(f"checkpoint {self.uri(key)} already exists.")
             self._objects[check_key(key)] = bytes(data)

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import torch
 
 from coach_stream.core import ExperienceChunk
@@ -113,8 +112,3 @@ class SamplesPerInsertLimiter:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.inserted, self.sampled = int(state["inserted"]), int(state["sampled"])
-
-
-def as_float(array: npt.NDArray[Any]) -> torch.Tensor:
-    """A float32 tensor view of a numpy array (copying only when the dtype differs)."""
-    return torch.from_numpy(np.asarray(array, dtype=np.float32))

@@ -9,7 +9,6 @@ overridable through ``extra``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -70,17 +69,6 @@ class KafkaSettings(BaseModel):
         if fixed:
             raise ValueError(f"{', '.join(fixed)} are fixed by coach_stream's delivery design")
         return value
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str], **overrides: object) -> KafkaSettings:
-        """Settings from ``KAFKA_BOOTSTRAP_SERVERS`` (for entry points, which may read env)."""
-        servers = env.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
-        if not servers:
-            raise ConfigError(
-                "KAFKA_BOOTSTRAP_SERVERS is not set; run `coach-stream stack up` and "
-                "`eval $(coach-stream stack env)`, or export the address of your broker."
-            )
-        return cls.model_validate({"bootstrap_servers": servers, **overrides})
 
     def _common(self) -> dict[str, ConfigValue]:
         return {"bootstrap.servers": self.bootstrap_servers, "client.id": self.client_id}

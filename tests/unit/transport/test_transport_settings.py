@@ -71,13 +71,6 @@ def test_admin_config_only_takes_connection_extras() -> None:
     }
 
 
-def test_from_env() -> None:
-    settings = KafkaSettings.from_env({"KAFKA_BOOTSTRAP_SERVERS": " a:1,b:2 "}, linger_ms=1)
-    assert settings.bootstrap_servers == "a:1,b:2" and settings.linger_ms == 1
-    with pytest.raises(ConfigError, match="KAFKA_BOOTSTRAP_SERVERS is not set"):
-        KafkaSettings.from_env({})
-
-
 def test_run_topics() -> None:
     topics = RunTopics.for_run("cartpole-ppo_7", "cs")
     assert topics == RunTopics(
