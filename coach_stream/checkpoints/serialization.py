@@ -11,13 +11,16 @@ from __future__ import annotations
 import io
 from collections.abc import Mapping
 
-import torch
-
 from coach_stream.errors import IntegrityError
+
+# torch is imported inside the two functions: `launch` lists the store (to check the run id
+# is free) without ever (de)serializing, and importing torch there cost 3-9 s per launch.
 
 
 def policy_to_bytes(state_dict: Mapping[str, object]) -> bytes:
     """Serialize a ``state_dict`` (tensors, plain containers) with ``torch.save``."""
+    import torch
+
     buffer = io.BytesIO()
     torch.save(dict(state_dict), buffer)
     return buffer.getvalue()
@@ -29,6 +32,8 @@ def policy_from_bytes(blob: bytes) -> dict[str, object]:
     Raises ``IntegrityError`` when the bytes are not a weights-only torch file or do not
     hold a mapping of names to values.
     """
+    import torch
+
     try:
         loaded = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types: pickle, zip, RuntimeError, ...
