@@ -38,7 +38,7 @@ import enum
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -238,7 +238,6 @@ class ClosingContext:
         self.close()
 
 
-@runtime_checkable
 class ExperienceWriter(_Closeable, Protocol):
     """The write side of the experience log (a rollout worker's only output)."""
 
@@ -256,7 +255,6 @@ class ExperienceWriter(_Closeable, Protocol):
         """
 
 
-@runtime_checkable
 class ExperienceReader(_Closeable, Protocol):
     """The read side: yields decoded chunks, and can save and restore its place."""
 
@@ -277,7 +275,6 @@ class ExperienceReader(_Closeable, Protocol):
         """Records set aside so far instead of returned: undecodable, or not fitting the run."""
 
 
-@runtime_checkable
 class CheckpointStore(Protocol):
     """Create-only blob store for policies and trainer state (GCS or a local directory)."""
 
@@ -296,7 +293,6 @@ class CheckpointStore(Protocol):
     def delete(self, key: str) -> None: ...
 
 
-@runtime_checkable
 class ControlPublisher(_Closeable, Protocol):
     """Trainer side of the control topic."""
 
@@ -304,7 +300,6 @@ class ControlPublisher(_Closeable, Protocol):
         """Append a message and wait until the broker has it."""
 
 
-@runtime_checkable
 class ControlSubscriber(_Closeable, Protocol):
     """Worker side of the control topic: every message in order, from the beginning."""
 
@@ -312,7 +307,6 @@ class ControlSubscriber(_Closeable, Protocol):
         """Messages that arrived since the last call (waiting at most ``timeout``)."""
 
 
-@runtime_checkable
 class PolicySource(Protocol):
     """Where a rollout worker gets its policy: announcements in, verified weights out."""
 
@@ -409,7 +403,6 @@ class TaskStatus:
     exit_code: int | None
 
 
-@runtime_checkable
 class Orchestrator(Protocol):
     """Starts and supervises a run's processes (local subprocesses; Nomad is planned)."""
 

@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from coach_stream.checkpoints.serialization import policy_from_bytes
 from coach_stream.core import (
@@ -45,7 +45,6 @@ _WAIT_SLICE_S = 0.5  # wait_for polls in slices so RunFinished and timeouts are 
 _Outcome = LoadedPolicy | CheckpointError  # what one fetch attempt produced
 
 
-@runtime_checkable
 class ControlLogReader(ControlSubscriber, Protocol):
     """A ``ControlSubscriber`` that can also catch up to the topic's current end."""
 
