@@ -1,0 +1,211 @@
+"""``NomadDouble``: the object tests hold; starts the HTTP server, owns the processes."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from .cluster import Allocation, Cluster, JobRecord, VariableRecord
+from .executor import HOST_ENV_KEYS
+from .openapi import OpenAPISpec, default_spec_path
+from .server import RecordedRequest, Violation, serve
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class SpecMissing(Exception):
+    """The OpenAPI description is not where NOMAD_OPENAPI_SPEC (or the default) says."""
+
+
+def spec_path() -> Path:
+    explicit = os.environ.get("NOMAD_OPENAPI_SPEC")
+    if explicit:
+        return (REPO_ROOT / explicit).resolve() if not os.path.isabs(explicit) else Path(explicit)
+    return default_spec_path(REPO_ROOT)
+
+
+@lru_cache(maxsize=4)
+def load_spec(path: Path) -> OpenAPISpec:
+    """Parsed once per process (2 s): session and function fixtures share it."""
+    if not path.is_file():
+        raise SpecMissing(
+            f"the Nomad OpenAPI description is missing at {path}; set NOMAD_OPENAPI_SPEC to its path"
+        )
+    return OpenAPISpec(path)
+
+
+class NomadDouble:
+    """A Nomad agent (server + one client node) on 127.0.0.1, for python-nomad to talk to.
+
+    ``address`` is ``http://127.0.0.1:PORT``; ``token`` the ACL token (``None``: ACLs off).
+    ``unknown_keys``: ``"reject"`` (default) answers 400 to a request carrying a key Nomad
+    would silently ignore; ``"record"`` only records it in ``violations`` (as Nomad, accepting).
+    ``host_env``: the host variables tasks inherit (default: PATH, HOME, locale, TMPDIR).
+    """
+
+    def __init__(
+        self,
+        *,
+        token: str | None = None,
+        spec: OpenAPISpec,
+        root: Path | None = None,
+        region: str = "global",
+        datacenter: str = "dc1",
+        namespaces: tuple[str, ...] = ("default",),
+        node_meta: Mapping[str, str] | None = None,
+        host_env: Mapping[str, str] | None = None,
+        unknown_keys: str = "reject",
+    ) -> None:
+        if unknown_keys not in ("reject", "record"):
+            raise ValueError("unknown_keys must be 'reject' or 'record'")
+        self.token = token
+        self.spec = spec
+        self.unknown_keys = unknown_keys
+        self.namespaces = set(namespaces)
+        self.region = region
+        self._own_root = root is None
+        self.root = Path(tempfile.mkdtemp(prefix="nomad-double-")) if root is None else root
+        if host_env is None:
+            host_env = {k: os.environ[k] for k in HOST_ENV_KEYS if k in os.environ}
+        self.cluster = Cluster(
+            self.root,
+            region=region,
+            datacenter=datacenter,
+            node_meta=node_meta or {},
+            host_env=host_env,
+            acl_enabled=token is not None,
+        )
+        self.violations: list[Violation] = []
+        self.requests: list[RecordedRequest] = []
+        self._lock = threading.Lock()
+        self._server, self._thread = serve(self)
+        host, port = self._server.server_address[:2]
+        self.host = str(host)
+        self.port = int(port)
+        self.address = f"http://{self.host}:{self.port}"
+        self._stopped = False
+
+    # -- what tests read ----------------------------------------------------------------------
+
+    def record(self, violation: Violation) -> None:
+        with self._lock:
+            self.violations.append(violation)
+
+    def violations_of(self, *kinds: str) -> list[Violation]:
+        return [v for v in self.violations if v.kind in kinds]
+
+    @property
+    def response_violations(self) -> list[Violation]:
+        """The double's own answers that broke the description: always a bug in the double."""
+        return self.violations_of("response")
+
+    def assert_no_violations(self) -> None:
+        """No request ever failed validation, no unknown key, nothing unimplemented was called."""
+        if self.violations:
+            raise AssertionError(
+                "the Nomad double saw requests that do not conform to Nomad's API:\n"
+                + "\n".join(f"  {v}" for v in self.violations)
+            )
+
+    @property
+    def jobs(self) -> dict[str, JobRecord]:
+        """Registered (not purged) jobs by ID (all namespaces)."""
+        with self.cluster.lock:
+            return {job_id: record for (_, job_id), record in self.cluster.jobs.items()}
+
+    @property
+    def allocations(self) -> list[Allocation]:
+        with self.cluster.lock:
+            return sorted(self.cluster.allocations.values(), key=lambda a: a.create_index)
+
+    def job_allocations(self, job_id: str, namespace: str = "default") -> list[Allocation]:
+        return self.cluster.job_allocations(namespace, job_id)
+
+    def allocation(self, job_id: str, group: str, index: int) -> Allocation:
+        """The live (desired run) allocation ``job.group[index]``."""
+        for alloc in self.job_allocations(job_id):
+            if alloc.group == group and alloc.index == index and alloc.desired_status == "run":
+                return alloc
+        raise KeyError(f"no live allocation {job_id}.{group}[{index}]")
+
+    def pids(self) -> list[int]:
+        """Main pids of every task process still running."""
+        return [
+            r.process.pid
+            for a in self.allocations
+            for r in a.tasks.values()
+            if r.process is not None and r.process.poll() is None
+        ]
+
+    def logs(self, alloc_id: str, task: str, kind: str = "stdout") -> str:
+        runner = self.cluster.allocations[alloc_id].tasks[task]
+        path = runner.log_path(kind)
+        return path.read_text() if path.exists() else ""
+
+    # -- what tests do ------------------------------------------------------------------------
+
+    def set_variable(self, path: str, items: Mapping[str, str], namespace: str = "default") -> None:
+        """Write a Nomad Variable directly (as an operator would with ``nomad var put``)."""
+        with self.cluster.lock:
+            index = self.cluster.bump()
+            now = time.time_ns()
+            old = self.cluster.variables.get((namespace, path))
+            self.cluster.variables[(namespace, path)] = VariableRecord(
+                namespace,
+                path,
+                dict(items),
+                old.create_index if old else index,
+                index,
+                old.create_time if old else now,
+                now,
+            )
+
+    def variable(self, path: str, namespace: str = "default") -> dict[str, str] | None:
+        with self.cluster.lock:
+            record = self.cluster.variables.get((namespace, path))
+            return None if record is None else dict(record.items)
+
+    def kill_task(self, alloc_id: str, task: str) -> int:
+        """SIGKILL the task's main process (``kill -9``); returns the pid killed."""
+        return self.cluster.allocations[alloc_id].tasks[task].sigkill()
+
+    def wait_until(self, predicate: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
+        """Wait on the double's change notifications (never a blind sleep) until ``predicate``."""
+        deadline = time.monotonic() + timeout
+        with self.cluster.lock:
+            while True:
+                value = predicate()
+                if value:
+                    return value
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"nomad double: timed out after {timeout} s waiting for {what or predicate}")
+                self.cluster.changed.wait(min(left, 0.5))
+
+    def stop(self) -> list[int]:
+        """Kill every process the double started, stop the server; returns pids that had to be force-killed."""
+        if self._stopped:
+            return []
+        self._stopped = True
+        leftover = self.cluster.stop_everything()
+        self._server.shutdown()
+        self._server.server_close()
+        if self._own_root:
+            self.cluster.remove_files()
+            try:
+                self.root.rmdir()
+            except OSError:
+                pass
+        return leftover
+
+    def __enter__(self) -> NomadDouble:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
