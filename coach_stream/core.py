@@ -1,11 +1,12 @@
 """The vocabulary of coach_stream: the records and the small interfaces the loops speak.
 
-Read this module and you know the system. Rollout workers, the trainer and the replay
-tools depend only on these protocols; Kafka and GCS are wired in by the entry points
-(``coach_stream.cli``), an ``Orchestrator`` starts a run's processes (local subprocesses;
-a Nomad implementation is planned, not written), and in-memory implementations live in
-``coach_stream.testing`` for unit tests. An algorithm is a ``Learner`` (trainer side) and
-an ``Actor`` (worker side), built from a preset by its builder (``coach_stream.algorithms``).
+Read this module and you know the system. Rollout workers and the trainer reach Kafka
+and the checkpoint store only through these protocols; Kafka and GCS are wired in by the
+entry points (``coach_stream.cli``), an ``Orchestrator`` starts a run's processes (local
+subprocesses; a Nomad implementation is planned, not written), and in-memory
+implementations live in ``coach_stream.testing`` for unit tests. An algorithm is a
+``Learner`` (trainer side) and an ``Actor`` (worker side), built from a preset by its
+builder (``coach_stream.algorithms``).
 
 The write path mirrors the read path::
 
@@ -305,6 +306,14 @@ class ControlSubscriber(_Closeable, Protocol):
 
     def poll(self, timeout: float) -> list[ControlMessage]:
         """Messages that arrived since the last call (waiting at most ``timeout``)."""
+
+
+class ControlLogReader(ControlSubscriber, Protocol):
+    """A ``ControlSubscriber`` that can also catch up to the topic's current end (the
+    trainer reads every evaluation and ``RunFinished`` before it resumes)."""
+
+    def read_to_end(self, timeout: float) -> list[ControlMessage]:
+        """Every message not yet returned, up to the end the topic had when called."""
 
 
 class PolicySource(Protocol):

@@ -9,6 +9,6 @@ never makes a worker act with a missing or different policy.
 from __future__ import annotations
 
 from coach_stream.control.announcer import Announcer
-from coach_stream.control.policy_source import CheckpointPolicySource, ControlLogReader
+from coach_stream.control.policy_source import CheckpointPolicySource
 
-__all__ = ["Announcer", "CheckpointPolicySource", "ControlLogReader"]
+__all__ = ["Announcer", "CheckpointPolicySource"]

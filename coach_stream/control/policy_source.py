@@ -18,14 +18,13 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Protocol
 
 from coach_stream.checkpoints.serialization import policy_from_bytes
 from coach_stream.core import (
     CheckpointStore,
     ClosingContext,
+    ControlLogReader,
     ControlMessage,
-    ControlSubscriber,
     EvaluationReport,
     LoadedPolicy,
     PolicyVersion,
@@ -43,13 +42,6 @@ log = logging.getLogger(__name__)
 _WAIT_SLICE_S = 0.5  # wait_for polls in slices so RunFinished and timeouts are noticed
 
 _Outcome = LoadedPolicy | CheckpointError  # what one fetch attempt produced
-
-
-class ControlLogReader(ControlSubscriber, Protocol):
-    """A ``ControlSubscriber`` that can also catch up to the topic's current end."""
-
-    def read_to_end(self, timeout: float) -> list[ControlMessage]:
-        """Every message not yet returned, up to the end the topic had when called."""
 
 
 class CheckpointPolicySource(ClosingContext):

@@ -32,9 +32,9 @@ from coach_stream.checkpoints.keys import trainer_key, trainer_prefix
 from coach_stream.checkpoints.retention import stored_trainer_versions
 from coach_stream.checkpoints.serialization import policy_to_bytes
 from coach_stream.control.announcer import Announcer
-from coach_stream.control.policy_source import ControlLogReader
 from coach_stream.core import (
     CheckpointStore,
+    ControlLogReader,
     ControlMessage,
     ControlPublisher,
     EvaluationReport,
