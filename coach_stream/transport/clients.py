@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from coach_stream.transport.settings import ConfigValue, KafkaSettings
@@ -33,6 +33,12 @@ _THREAD = re.compile(r"^\[thrd:[^\]]*\]: ")
 # librdkafka logs these itself (facility FAIL/ERROR, with the broker's address), so their
 # error callback would only repeat the line: it goes to DEBUG.
 _ALSO_LOGGED = {KafkaError._TRANSPORT, KafkaError._RESOLVE}
+_SETTLE_BACKOFF_S = 0.1
+_SETTLING = {  # a new topic's metadata or leader is not there yet: ask again shortly
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+}
 
 log = logging.getLogger("coach_stream.transport.librdkafka")
 
@@ -134,3 +140,22 @@ def admin(settings: KafkaSettings, *, quiet: bool = False) -> Iterator[AdminClie
             # Admin requests run on librdkafka's own threads; its log lines wait on the
             # client's queue until polled, and are lost if it is destroyed first.
             client.poll(0)
+
+
+def watermarks(consumer: Consumer, partition: TopicPartition, timeout: float) -> tuple[int, int]:
+    """(low, high) watermarks of ``partition``, asked of the broker (not cached).
+
+    Right after a topic is created the broker may still be electing its leader: retriable
+    errors are asked again until ``timeout``; the last ``KafkaException`` is raised.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(partition, timeout=timeout, cached=False)
+            return int(low), int(high)
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            settling = error.retriable() or error.code() in _SETTLING
+            if not settling or time.monotonic() + _SETTLE_BACKOFF_S >= deadline:
+                raise
+            time.sleep(_SETTLE_BACKOFF_S)  # polling the broker's state, nothing to wait on

@@ -34,12 +34,6 @@ log = logging.getLogger(__name__)
 
 _DRAIN_BATCH = 500
 _CATCH_UP_SLICE_S = 0.2
-_SETTLE_BACKOFF_S = 0.1
-_SETTLING = {  # a new topic's metadata or leader is not there yet: ask again shortly
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-}
 
 
 class KafkaControlPublisher(ClosingContext):
@@ -105,28 +99,20 @@ class KafkaControlSubscriber(ClosingContext):
         Retries while the broker is still electing the partition's leader (right after
         the topic was created) until the subscriber's timeout.
         """
-        deadline = time.monotonic() + self._timeout_s
-        while True:
-            try:
-                low, high = self._client().get_watermark_offsets(
-                    TopicPartition(self._topic, 0), timeout=self._timeout_s, cached=False
-                )
-                break
-            except KafkaException as exc:
-                error: KafkaError = exc.args[0]
-                settling = error.retriable() or error.code() in _SETTLING
-                if settling and time.monotonic() + _SETTLE_BACKOFF_S < deadline:
-                    time.sleep(_SETTLE_BACKOFF_S)
-                    continue
-                if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                    raise ServiceUnavailableError(
-                        f"control topic {self._topic} does not exist; start the run with "
-                        "`coach-stream launch` (it creates the topics) or check the run id."
-                    ) from exc
+        tp = TopicPartition(self._topic, 0)
+        try:
+            low, high = clients.watermarks(self._client(), tp, self._timeout_s)
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise ServiceUnavailableError(
-                    f"Kafka at {self._settings.bootstrap_servers} did not report the end of "
-                    f"{self._topic} ({error.str()}); check that the broker is up."
+                    f"control topic {self._topic} does not exist; start the run with "
+                    "`coach-stream launch` (it creates the topics) or check the run id."
                 ) from exc
+            raise ServiceUnavailableError(
+                f"Kafka at {self._settings.bootstrap_servers} did not report the end of "
+                f"{self._topic} ({error.str()}); check that the broker is up."
+            ) from exc
         self._position = max(self._position, low)  # retention may have removed a head
         return int(high)
 

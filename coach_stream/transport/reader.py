@@ -249,9 +249,7 @@ class KafkaExperienceReader(ClosingContext):
         consumer, topic = self._client(), self.topics.experience
         try:
             return {
-                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=self._timeout)[
-                    1
-                ]
+                p: clients.watermarks(consumer, TopicPartition(topic, p), self._timeout)[1]
                 for p in self._next
             }
         except KafkaException as exc:

@@ -84,6 +84,8 @@ def _partition_count(
 
 
 def _unavailable(settings: KafkaSettings, topic: str, cause: object) -> ServiceUnavailableError:
+    if isinstance(cause, KafkaError):
+        cause = cause.str()
     return ServiceUnavailableError(
         f"Could not read the last chunk_seqs from {topic} ({cause}); check the broker at "
         f"{settings.bootstrap_servers}."
@@ -108,7 +110,7 @@ class _Scan:
         """env -> last chunk_seq, for each of ``keys`` (key -> env) found in the partition."""
         tp = TopicPartition(self.topic, self.partition)
         try:
-            low, high = self.consumer.get_watermark_offsets(tp, timeout=self._left(), cached=False)
+            low, high = clients.watermarks(self.consumer, tp, self._left())
         except KafkaException as exc:
             raise _unavailable(self.settings, self.topic, exc.args[0]) from exc
         left, found, end = dict(keys), {}, high
@@ -123,8 +125,12 @@ class _Scan:
         """The last decodable ``chunk_seq`` of each of ``keys`` in offsets [start, end)."""
         self.consumer.assign([TopicPartition(self.topic, self.partition, start)])
         last: dict[bytes, int] = {}
+        expected = end - start + 1  # the window, then the record at `end` or the EOF event
         while True:
-            batch = self.consumer.consume(_BATCH, timeout=min(self._left(), 1.0))
+            # consume() returns early only once it has as many as asked: ask for what is left
+            want = max(1, min(_BATCH, expected))
+            batch = self.consumer.consume(want, timeout=min(self._left(), 1.0))
+            expected -= len(batch)
             if not batch:
                 if self._left() <= 0:
                     raise _unavailable(self.settings, self.topic, "timed out")

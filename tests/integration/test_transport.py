@@ -2,27 +2,38 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
+import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import avro.io
 import avro.schema
 import numpy as np
 import pytest
+import torch
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource
 from confluent_kafka.cimpl import NewTopic
 
-from coach_stream.codec import default_registry, encode_chunk
+from coach_stream.algorithms import builder_for
+from coach_stream.checkpoints import open_store
+from coach_stream.codec import ChunkSpec, default_registry, encode_chunk
 from coach_stream.codec.avro import HEADER_SIZE, MAGIC
 from coach_stream.codec.chunks import CHUNK_SCHEMA
-from coach_stream.core import ExperienceChunk
+from coach_stream.config import load_preset
+from coach_stream.core import Action, ExperienceChunk
+from coach_stream.envs import probe_shape
 from coach_stream.errors import DeliveryError, ServiceUnavailableError
+from coach_stream.events import EventList
+from coach_stream.rollout.chunker import Chunker
+from coach_stream.trainer.loop import Trainer
 from coach_stream.transport import (
     KafkaExperienceReader,
     KafkaExperienceWriter,
@@ -31,7 +42,9 @@ from coach_stream.transport import (
     RunTopics,
     check_broker,
     ensure_run_topics,
+    tail,
 )
+from coach_stream.transport.control import KafkaControlPublisher, KafkaControlSubscriber
 
 PARTITIONS = 4
 
@@ -292,3 +305,165 @@ def test_unreachable_broker_is_one_clear_error() -> None:
     settings = KafkaSettings(bootstrap_servers="127.0.0.1:1")
     with pytest.raises(ServiceUnavailableError, match=r"127\.0\.0\.1:1 did not answer.*stack up"):
         check_broker(settings, timeout=1.5)
+
+
+# ------------------------------------------------------------------ the trainer's door
+
+
+def _dead_letters(settings: KafkaSettings, topics: RunTopics, count: int) -> list[Any]:
+    consumer = Consumer(settings.consumer_config(f"dlq-{uuid.uuid4().hex}"))
+    consumer.assign([TopicPartition(topics.dead_letter, 0, 0)])
+    letters: list[Any] = []
+    try:
+        while len(letters) < count:
+            batch = consumer.consume(count, timeout=10)
+            assert batch, f"the dead-letter topic has {len(letters)} records, expected {count}"
+            letters += [m for m in batch if m.error() is None]
+    finally:
+        consumer.close()
+    return letters
+
+
+def _unfit(good: ExperienceChunk) -> dict[str, ExperienceChunk]:
+    """Chunks that encode and decode, but not as chunks of a CartPole run named "it"."""
+    t = good.num_steps
+    actions = good.actions.copy()
+    actions[-1] = 7
+    rewards = good.rewards.copy()
+    rewards[0] = np.nan
+    return {
+        "observations are float32(": dataclasses.replace(
+            good, observations=np.zeros((t + 1, 5), np.float32)
+        ),
+        "observations are float64(": dataclasses.replace(
+            good, observations=good.observations.astype(np.float64)
+        ),
+        "run_id is 'another-run'": dataclasses.replace(good, run_id="another-run"),
+        "actions span 0..7": dataclasses.replace(good, actions=actions),
+        "actions are int32(": dataclasses.replace(good, actions=good.actions.astype(np.int32)),
+        "rewards hold NaN": dataclasses.replace(good, rewards=rewards),
+    }
+
+
+def test_unfit_records_are_dead_lettered_with_the_reason_and_the_trainer_goes_on(
+    settings: KafkaSettings, topics: RunTopics, tmp_path: Path
+) -> None:
+    # Before the trainer's door, the first chunk of another shape crashed DQN's replay
+    # buffer; the restarted trainer read the same record and crashed again.
+    preset = load_preset(
+        "cartpole-dqn",
+        ["network.hidden_sizes=[16]", "dqn.learning_starts=32", "dqn.samples_per_insert=1"],
+    )
+    builder = builder_for(preset)
+    shape = probe_shape(preset.env_id)
+    good = [chunk(w, 0, s, 6) for s in range(12) for w in range(4)]
+    expected: dict[bytes, str] = {}  # dead-letter key -> reason
+    with KafkaRecordProducer(settings, topics.experience) as producer:
+        for i, c in enumerate(good):
+            producer.produce(c.key.encode(), encode_chunk(c))
+            if i % 8 == 0:
+                for reason, bad in _unfit(c).items():
+                    key = f"unfit-{len(expected)}".encode()
+                    expected[key] = reason
+                    producer.produce(key, encode_chunk(bad))
+    spec = ChunkSpec("it", shape.obs_shape, shape.obs_dtype, shape.num_actions)
+    generator = torch.Generator().manual_seed(0)
+    with (
+        open_store(tmp_path.as_uri()) as store,
+        KafkaExperienceReader(settings, topics, "trainer", spec=spec) as reader,
+        KafkaControlSubscriber(settings, topics) as control,
+        KafkaControlPublisher(settings, topics) as publisher,
+    ):
+        events = EventList()
+        trainer = Trainer(
+            builder.make_learner(shape, 4, generator),
+            reader,
+            control,
+            publisher,
+            store,
+            dataclasses.replace(builder.make_trainer_settings("it"), log_every_s=0.0),
+            events,
+            generator,
+        )
+        assert trainer.start() is None
+        deadline = time.monotonic() + 60
+        while not reader.at_end() or trainer.learner.ready():
+            assert trainer.iterate() is None
+            assert time.monotonic() < deadline, "the trainer did not reach the end of the log"
+        assert trainer.env_steps == sum(c.num_steps for c in good)  # every good one, only them
+        assert trainer.learner.updates > 0
+        assert reader.stats.dead_lettered == reader.stats.invalid == len(expected) == 36
+        assert events.of("progress")[-1]["rollout/dead_lettered"] == len(expected)
+    for letter in _dead_letters(settings, topics, len(expected)):
+        headers = {k: v.decode() for k, v in letter.headers()}
+        assert expected[letter.key()] in headers["error"], headers["error"]
+        assert headers["error.kind"] == "invalid"
+        assert headers["source.topic"] == topics.experience
+
+
+# ------------------------------------------------------------------ chunk_seq across restarts
+
+
+def _act(chunker: Chunker, steps: int, rng: np.random.Generator) -> list[ExperienceChunk]:
+    """``steps`` vector steps of a made-up env whose episodes never end."""
+    n, out = chunker.num_envs, []
+    for _ in range(steps):
+        flags = np.zeros(n, bool)
+        obs = rng.random((n, 4)).astype(np.float32)
+        action = Action(rng.integers(0, 2, n))
+        out += chunker.add(action, np.ones(n, np.float32), flags, flags, obs, {})
+    return out + chunker.flush()
+
+
+def test_a_restarted_worker_continues_each_keys_chunk_seq(
+    settings: KafkaSettings, topics: RunTopics
+) -> None:
+    worker, envs, rng = 3, 6, np.random.default_rng(3)
+
+    def new_chunker() -> Chunker:  # what a restarted worker process builds
+        return Chunker("it", worker, envs, 2, (4,), np.dtype(np.float32), behaviour=False)
+
+    first = new_chunker()
+    with KafkaExperienceWriter(settings, topics.experience) as writer:
+        assert writer.next_chunk_seqs(worker, envs) == [0] * envs  # an empty topic
+        first.start(rng.random((envs, 4)).astype(np.float32), 0, [0] * envs)
+        for c in _act(first, 7, rng):  # 4 chunks per env
+            writer.write(c)
+            writer.write(chunk(1, c.env_index, c.chunk_seq, 2))  # another worker's keys
+    with KafkaExperienceWriter(settings, topics.experience) as restarted:
+        next_seqs = restarted.next_chunk_seqs(worker, envs)
+        assert next_seqs == [4] * envs
+        # small windows walk back over the other worker's records; a key never written
+        # (env 6) reads its partition back to the low watermark and starts at 0
+        assert tail.next_chunk_seqs(
+            settings, topics.experience, worker, envs + 1, window=1, max_window=2
+        ) == [*next_seqs, 0]
+        second = new_chunker()
+        second.start(rng.random((envs, 4)).astype(np.float32), 1, next_seqs)
+        for c in _act(second, 3, rng):
+            restarted.write(c)
+    received, _ = read_all(settings, topics)
+    for env in range(envs):
+        seqs = [c.chunk_seq for c in received if (c.worker_id, c.env_index) == (worker, env)]
+        assert seqs == list(range(6)), (env, seqs)  # monotonic, no repeats, no gaps
+
+
+def test_keys_land_on_the_partition_the_tail_search_computes(
+    settings: KafkaSettings, topics: RunTopics
+) -> None:
+    keys = [f"{w}/{e}".encode() for w in range(8) for e in range(8)]
+    with KafkaRecordProducer(settings, topics.experience) as producer:
+        for key in keys:
+            producer.produce(key, b"x")
+    consumer = Consumer(settings.consumer_config(f"where-{uuid.uuid4().hex}"))
+    consumer.assign([TopicPartition(topics.experience, p, 0) for p in range(PARTITIONS)])
+    landed: dict[bytes, int] = {}
+    try:
+        while len(landed) < len(keys):
+            batch = consumer.consume(len(keys) - len(landed), timeout=10)
+            assert batch, f"only {len(landed)} of {len(keys)} records arrived"
+            landed.update({m.key(): m.partition() for m in batch if m.error() is None})
+    finally:
+        consumer.close()
+    assert landed == {key: tail.partition_for(key, PARTITIONS) for key in keys}
+    assert len(set(landed.values())) == PARTITIONS  # the test would notice a constant
