@@ -230,11 +230,9 @@ def kafka_e2e(bootstrap: str, w: Workload, transitions: int) -> dict[str, float]
         proc.join(30)
         if proc.is_alive():
             proc.kill()
-        from confluent_kafka.admin import AdminClient
+        from coach_stream.transport.admin import delete_run_topics
 
-        AdminClient(settings.admin_config()).delete_topics(
-            [topics.experience, topics.control, topics.dead_letter]
-        )
+        delete_run_topics(settings, topics)
     elapsed = end - min(start, p_start)
     return {
         "transitions_per_s": got / elapsed,

@@ -2,8 +2,9 @@
 
 Provisioning resolves the pom shipped in ``stack/maven/`` into a directory of jars once
 (the user's cache dir); starting formats the log directory on first use and launches
-``kafka.Kafka`` with the machine's Java 17. Ready means an AdminClient metadata request
-answered, never a fixed sleep.
+``kafka.Kafka`` with the machine's Java 17. Ready means a metadata request answered
+(``transport.admin.broker_answers``, the transport package's quiet probe), never a fixed
+sleep.
 """
 
 from __future__ import annotations
@@ -211,9 +212,8 @@ def wait_ready(
     record: ProcessRecord, layout: KafkaLayout, bootstrap: str, timeout: float = 120.0
 ) -> None:
     """Block until the broker answers a metadata request, or explain why it did not."""
-    from confluent_kafka.admin import AdminClient
+    from coach_stream.transport.admin import broker_answers
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not record.is_alive():
@@ -221,11 +221,7 @@ def wait_ready(
                 f"The Kafka broker exited during start-up; its last log lines "
                 f"({layout.log}):\n{processes.tail(layout.log)}\n{processes.tail(layout.console_log)}"
             )
-        try:
-            metadata = admin.list_topics(timeout=2.0)
-        except Exception:  # KafkaException while the listener is not yet up
-            continue
-        if metadata.brokers:
+        if broker_answers(bootstrap, timeout=2.0):  # waits up to 2 s while it starts
             return
     raise ServiceUnavailableError(
         f"The Kafka broker at {bootstrap} did not answer within {timeout:.0f} s; "
@@ -234,10 +230,6 @@ def wait_ready(
 
 
 def is_healthy(bootstrap: str, timeout: float = 3.0) -> bool:
-    from confluent_kafka.admin import AdminClient
+    from coach_stream.transport.admin import broker_answers
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-    try:
-        return bool(admin.list_topics(timeout=timeout).brokers)
-    except Exception:
-        return False
+    return broker_answers(bootstrap, timeout)

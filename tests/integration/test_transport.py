@@ -44,6 +44,7 @@ from coach_stream.transport import (
     ensure_run_topics,
     tail,
 )
+from coach_stream.transport.admin import delete_run_topics
 from coach_stream.transport.control import KafkaControlPublisher, KafkaControlSubscriber
 
 PARTITIONS = 4
@@ -90,9 +91,7 @@ def topics(settings: KafkaSettings) -> Iterator[RunTopics]:
     run = RunTopics.for_run(f"it-{uuid.uuid4().hex[:12]}", settings.topic_prefix)
     ensure_run_topics(settings, run, experience_partitions=PARTITIONS)
     yield run
-    AdminClient(settings.admin_config()).delete_topics(
-        [run.experience, run.control, run.dead_letter], operation_timeout=10
-    )
+    delete_run_topics(settings, run)
 
 
 def read_all(
