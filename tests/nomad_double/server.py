@@ -645,6 +645,9 @@ class Routes:
 def serve(double: NomadDouble) -> tuple[_Server, threading.Thread]:
     server = _Server(("127.0.0.1", 0), Handler)
     server.double = double
-    thread = threading.Thread(target=server.serve_forever, name="nomad-double-http", daemon=True)
+    # A short poll interval: shutdown() waits for it, and tests stop one double each.
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="nomad-double-http", daemon=True
+    )
     thread.start()
     return server, thread
