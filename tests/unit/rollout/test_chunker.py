@@ -4,6 +4,7 @@ import itertools
 from typing import Any
 
 import numpy as np
+import pytest
 
 from coach_stream.core import Action
 from coach_stream.envs import SeedRole, env_seeds, make_vector_env
@@ -71,3 +72,33 @@ def test_seeds_differ_per_worker_env_and_role() -> None:
     assert len(set(a + b + c)) == 24
     assert a == env_seeds(1, 0, 8, SeedRole.ROLLOUT)
     assert a != env_seeds(2, 0, 8, SeedRole.ROLLOUT)
+
+
+def test_start_continues_each_envs_chunk_seq_where_the_log_left_it() -> None:
+    # A restarted worker passes ExperienceWriter.next_chunk_seqs here; before, every
+    # restart began again at 0 and repeated chunk_seqs already in the log.
+    chunker = Chunker("r", 0, 3, 2, (4,), np.dtype(np.float32), behaviour=False)
+    chunker.start(np.zeros((3, 4), np.float32), version=0, next_seqs=[5, 0, 9])
+    flags = np.zeros(3, bool)
+    chunks = []
+    for _ in range(4):  # two full chunks per env
+        chunks += chunker.add(
+            Action(np.zeros(3, np.int64)),
+            np.ones(3, np.float32),
+            flags,
+            flags,
+            np.ones((3, 4), np.float32),
+            {},
+        )
+    seqs = {env: [c.chunk_seq for c in chunks if c.env_index == env] for env in range(3)}
+    assert seqs == {0: [5, 6], 1: [0, 1], 2: [9, 10]}
+    with pytest.raises(ValueError, match="3 non-negative"):
+        chunker.start(np.zeros((3, 4), np.float32), version=1, next_seqs=[1, 2])
+    with pytest.raises(ValueError, match="3 non-negative"):
+        chunker.start(np.zeros((3, 4), np.float32), version=1, next_seqs=[1, -2, 3])
+
+
+def test_a_chunker_used_before_start_says_so() -> None:
+    chunker = Chunker("r", 0, 1, 2, (4,), np.dtype(np.float32), behaviour=False)
+    with pytest.raises(RuntimeError, match="start"):
+        chunker.flush()
