@@ -24,7 +24,14 @@ from coach_stream.checkpoints import open_store
 from coach_stream.config import Preset, load_preset
 from coach_stream.control.policy_source import CheckpointPolicySource
 from coach_stream.core import CheckpointStore, Mode
-from coach_stream.envs import SeedRole, env_seeds, env_shape, make_vector_env, process_seed
+from coach_stream.envs import (
+    SeedRole,
+    env_seeds,
+    env_shape,
+    make_vector_env,
+    probe_shape,
+    process_seed,
+)
 from coach_stream.events import EventList
 from coach_stream.rollout.worker import RolloutWorker
 from coach_stream.trainer.dqn import DQN
@@ -59,15 +66,12 @@ class KafkaRun:
         generator = torch.Generator().manual_seed(
             process_seed(self.preset.seed, 0, SeedRole.TRAINER)
         )
-        envs = make_vector_env(self.preset.env_id, 1)
-        shape = env_shape(envs)
-        envs.close()
         group = f"{self.kafka.topic_prefix}.{self.run_id}.trainer"
         reader = self.stack.enter_context(KafkaExperienceReader(self.kafka, self.topics, group))
         control = self.stack.enter_context(KafkaControlSubscriber(self.kafka, self.topics))
         publisher = self.stack.enter_context(KafkaControlPublisher(self.kafka, self.topics))
         return Trainer(
-            self.builder.make_learner(shape, self.workers, generator),
+            self.builder.make_learner(probe_shape(self.preset.env_id), self.workers, generator),
             reader,
             control,
             publisher,

@@ -15,7 +15,14 @@ from coach_stream.algorithms import builder_for
 from coach_stream.config import Preset
 from coach_stream.control.policy_source import CheckpointPolicySource
 from coach_stream.core import RunFinished
-from coach_stream.envs import SeedRole, env_seeds, env_shape, make_vector_env, process_seed
+from coach_stream.envs import (
+    SeedRole,
+    env_seeds,
+    env_shape,
+    make_vector_env,
+    probe_shape,
+    process_seed,
+)
 from coach_stream.events import EventList
 from coach_stream.rollout.evaluator import Evaluator
 from coach_stream.rollout.worker import RolloutWorker
@@ -71,13 +78,10 @@ class InProcessRun:
         generator = torch.Generator().manual_seed(
             process_seed(self.preset.seed, 0, SeedRole.TRAINER)
         )
-        envs = make_vector_env(self.preset.env_id, 1)
-        shape = env_shape(envs)
-        envs.close()
         # check the control topic on every iteration: the test decides when things happen
         settings = replace(self.builder.make_trainer_settings(self.run_id), control_poll_s=0.0)
         return Trainer(
-            self.builder.make_learner(shape, self.workers, generator),
+            self.builder.make_learner(probe_shape(self.preset.env_id), self.workers, generator),
             MemoryExperienceReader(self.log),
             MemoryControlSubscriber(self.control),
             MemoryControlPublisher(self.control),
