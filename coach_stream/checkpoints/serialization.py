@@ -1,4 +1,7 @@
-"""Policy weights <-> bytes, the one place where torch serialization happens.
+"""Policy weights <-> bytes: the one place policy checkpoints are (de)serialized.
+
+(The trainer's resume state has its own format, in ``coach_stream.trainer.state``, read
+with the same ``weights_only=True`` rule.)
 
 Workers load what the trainer announced, so the load side must never run code from the
 file: ``torch.load(weights_only=True)`` accepts tensors and plain containers only (the
