@@ -18,7 +18,7 @@ from typing import Any
 
 from .executor import TaskContext, TaskRunner, client_status, new_id
 from .jobs import canonicalize, group_spec_without_count
-from .templates import MissingVariable, TemplateError
+from .templates import MissingVariableError, TemplateError
 
 
 @dataclass
@@ -179,7 +179,9 @@ class Cluster:
                 record.stopped = bool(job.get("Stop"))
             record.job["Version"] = record.version
             eval_id = self._evaluation(job, "job-register")
-            self._reconcile(record, eval_id, old_groups=None if old is None else self._group_specs(key))
+            self._reconcile(
+                record, eval_id, old_groups=None if old is None else self._group_specs(key)
+            )
             return record, eval_id
 
     def _group_specs(self, key: tuple[str, str]) -> dict[str, dict[str, Any]]:
@@ -279,7 +281,9 @@ class Cluster:
             sibling_failed=sibling_failed,
         )
 
-    def _task_variable(self, job: dict[str, Any], group: str, task: str, path: str) -> Mapping[str, str]:
+    def _task_variable(
+        self, job: dict[str, Any], group: str, task: str, path: str
+    ) -> Mapping[str, str]:
         """What ``nomadVar`` reads: a task's workload identity sees only its job's paths."""
         allowed = {
             "nomad/jobs",
@@ -295,7 +299,7 @@ class Cluster:
         with self.lock:
             record = self.variables.get((job["Namespace"], path))
             if record is None:
-                raise MissingVariable(path)
+                raise MissingVariableError(path)
             return dict(record.items)
 
     def _stop_alloc(self, alloc: Allocation, why: str) -> None:
@@ -344,7 +348,11 @@ class Cluster:
     def job_allocations(self, namespace: str, job_id: str) -> list[Allocation]:
         with self.lock:
             return sorted(
-                (a for a in self.allocations.values() if a.namespace == namespace and a.job_id == job_id),
+                (
+                    a
+                    for a in self.allocations.values()
+                    if a.namespace == namespace and a.job_id == job_id
+                ),
                 key=lambda a: a.create_index,
             )
 
@@ -363,7 +371,9 @@ class Cluster:
         for runner in runners:
             if runner.thread is not None:
                 runner.thread.join(max(0.0, deadline - time.monotonic()))
-        alive = [r.process.pid for r in runners if r.process is not None and r.process.poll() is None]
+        alive = [
+            r.process.pid for r in runners if r.process is not None and r.process.poll() is None
+        ]
         for pid in alive:
             TaskRunner._kill_group(pid)
         return alive

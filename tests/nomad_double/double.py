@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import threading
@@ -19,7 +20,7 @@ from .server import RecordedRequest, Violation, serve
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-class SpecMissing(Exception):
+class SpecMissingError(Exception):
     """The OpenAPI description is not where NOMAD_OPENAPI_SPEC (or the default) says."""
 
 
@@ -34,8 +35,9 @@ def spec_path() -> Path:
 def load_spec(path: Path) -> OpenAPISpec:
     """Parsed once per process (2 s): session and function fixtures share it."""
     if not path.is_file():
-        raise SpecMissing(
-            f"the Nomad OpenAPI description is missing at {path}; set NOMAD_OPENAPI_SPEC to its path"
+        raise SpecMissingError(
+            f"the Nomad OpenAPI description is missing at {path};"
+            " set NOMAD_OPENAPI_SPEC to its path"
         )
     return OpenAPISpec(path)
 
@@ -175,7 +177,9 @@ class NomadDouble:
         """SIGKILL the task's main process (``kill -9``); returns the pid killed."""
         return self.cluster.allocations[alloc_id].tasks[task].sigkill()
 
-    def wait_until(self, predicate: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
+    def wait_until(
+        self, predicate: Callable[[], Any], timeout: float = 10.0, what: str = ""
+    ) -> Any:
         """Wait on the double's change notifications (never a blind sleep) until ``predicate``."""
         deadline = time.monotonic() + timeout
         with self.cluster.lock:
@@ -185,11 +189,16 @@ class NomadDouble:
                     return value
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise TimeoutError(f"nomad double: timed out after {timeout} s waiting for {what or predicate}")
+                    raise TimeoutError(
+                        f"nomad double: timed out after {timeout} s waiting for {what or predicate}"
+                    )
                 self.cluster.changed.wait(min(left, 0.5))
 
     def stop(self) -> list[int]:
-        """Kill every process the double started, stop the server; returns pids that had to be force-killed."""
+        """Kill every process the double started and stop the server.
+
+        Returns the pids that were still alive after their kill timeout (force-killed).
+        """
         if self._stopped:
             return []
         self._stopped = True
@@ -198,10 +207,8 @@ class NomadDouble:
         self._server.server_close()
         if self._own_root:
             self.cluster.remove_files()
-            try:
+            with contextlib.suppress(OSError):
                 self.root.rmdir()
-            except OSError:
-                pass
         return leftover
 
     def __enter__(self) -> NomadDouble:

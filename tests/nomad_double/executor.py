@@ -11,6 +11,7 @@ task states exactly as Nomad's alloc runner does.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .jobs import go_duration
-from .templates import MissingVariable, TemplateError, interpolate, parse_env_file, render
+from .templates import MissingVariableError, TemplateError, interpolate, parse_env_file, render
 
 ZERO_TIME = "0001-01-01T00:00:00Z"
 # Nomad's default client env.denylist is about secrets; the double goes further and passes
@@ -76,7 +77,11 @@ class RestartTracker:
                     f"Exceeded allowed attempts {self.attempts} in interval"
                     f' {go_duration(self.interval)} and mode is "fail"',
                 )
-            return self.RESTARTING, self.start + self.interval - now, "Exceeded allowed attempts, applying a delay"
+            return (
+                self.RESTARTING,
+                self.start + self.interval - now,
+                "Exceeded allowed attempts, applying a delay",
+            )
         jitter = int(random.random() * self.delay * 0.25) if self.delay else 0
         return self.RESTARTING, self.delay + jitter, "Restart within policy"
 
@@ -156,7 +161,9 @@ class TaskRunner:
     # -- control -----------------------------------------------------------------------
 
     def start(self) -> None:
-        self.thread = threading.Thread(target=self._run, name=f"nomad-double-{self.name}", daemon=True)
+        self.thread = threading.Thread(
+            target=self._run, name=f"nomad-double-{self.name}", daemon=True
+        )
         self.thread.start()
 
     def kill(self, kind: str = "Killing", message: str = "") -> None:
@@ -236,7 +243,12 @@ class TaskRunner:
                 return
             self.state["Restarts"] += 1
             self.state["LastRestart"] = now_rfc3339()
-            self.event("Restarting", f"Task restarting in {go_duration(delay)}", RestartReason=reason, StartDelay=delay)
+            self.event(
+                "Restarting",
+                f"Task restarting in {go_duration(delay)}",
+                RestartReason=reason,
+                StartDelay=delay,
+            )
             self.set_state("pending")
             if self._stop.wait(delay / 1e9):
                 self._finish_killed()
@@ -305,14 +317,15 @@ class TaskRunner:
         while True:
             try:
                 return render(tmpl["EmbeddedTmpl"], self.ctx.lookup_var, env)
-            except MissingVariable as missing:
+            except MissingVariableError as missing:
                 # Nomad blocks the task, reporting what it waits for, until the variable exists.
                 if missing.path not in announced:
                     announced.add(missing.path)
                     job = self.ctx.job
                     self.event(
                         "Template",
-                        f"Missing: nomad.var.block({missing.path}@{job['Namespace']}.{job['Region']})",
+                        f"Missing: nomad.var.block({missing.path}"
+                        f"@{job['Namespace']}.{job['Region']})",
                     )
                 if self._stop.is_set():
                     return None
@@ -369,7 +382,13 @@ class TaskRunner:
         sig = getattr(signal, name, signal.SIGINT)
         kind, message = self._kill_event or ("Killing", "")
         if kind == "Killing":
-            self.event("Killing", message or f"Sent interrupt. Waiting {go_duration(task['KillTimeout'])} before force killing", KillTimeout=task["KillTimeout"])
+            self.event(
+                "Killing",
+                message
+                or f"Sent interrupt. Waiting {go_duration(task['KillTimeout'])}"
+                " before force killing",
+                KillTimeout=task["KillTimeout"],
+            )
         try:
             process.send_signal(sig)
             process.wait(timeout=timeout)
@@ -383,10 +402,8 @@ class TaskRunner:
     @staticmethod
     def _kill_group(pgid: int) -> None:
         # Children left in the task's group die with it (Nomad's executor cleans up the same way).
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def client_status(states: list[Mapping[str, Any]]) -> tuple[str, str]:

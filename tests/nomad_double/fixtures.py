@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from .double import NomadDouble, SpecMissing, load_spec, spec_path
+from .double import NomadDouble, SpecMissingError, load_spec, spec_path
 from .openapi import OpenAPISpec
 
 MakeDouble = Callable[..., NomadDouble]
@@ -30,7 +30,7 @@ MakeDouble = Callable[..., NomadDouble]
 def nomad_openapi_spec() -> OpenAPISpec:
     try:
         return load_spec(spec_path())
-    except SpecMissing as error:
+    except SpecMissingError as error:
         if os.environ.get("COACH_STREAM_REQUIRE_SERVICES") == "1":
             pytest.fail(f"{error} (COACH_STREAM_REQUIRE_SERVICES=1)", pytrace=False)
         pytest.skip(str(error))
@@ -42,7 +42,9 @@ def _finish(doubles: list[NomadDouble]) -> None:
         double.stop()
         bad.extend(str(v) for v in double.response_violations)
     if bad:
-        pytest.fail("the Nomad double answered outside Nomad's OpenAPI description:\n" + "\n".join(bad))
+        pytest.fail(
+            "the Nomad double answered outside Nomad's OpenAPI description:\n" + "\n".join(bad)
+        )
 
 
 @pytest.fixture

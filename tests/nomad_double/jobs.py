@@ -113,7 +113,9 @@ def validate_job(job: Any) -> list[str]:
                     t_errors.append("Must specify a source path or have an embedded template")
                 if not tmpl.get("DestPath"):
                     t_errors.append("Must specify a destination for the template")
-            group_errors.extend(f"Task {t_name or t_index + 1} validation failed: {e}" for e in t_errors)
+            group_errors.extend(
+                f"Task {t_name or t_index + 1} validation failed: {e}" for e in t_errors
+            )
         errors.extend(f"{label} validation failed: {e}" for e in group_errors)
     return errors
 
@@ -180,7 +182,10 @@ def canonicalize(job: dict[str, Any], *, namespace: str, region: str) -> dict[st
     job["Datacenters"] = job.get("Datacenters") or ["*"]
     for group in job["TaskGroups"]:
         group.setdefault("Count", 1)
-        group["RestartPolicy"] = {**restart_defaults(job_type), **(group.get("RestartPolicy") or {})}
+        group["RestartPolicy"] = {
+            **restart_defaults(job_type),
+            **(group.get("RestartPolicy") or {}),
+        }
         resched = reschedule_defaults(job_type)
         if resched is not None:
             group["ReschedulePolicy"] = {**resched, **(group.get("ReschedulePolicy") or {})}

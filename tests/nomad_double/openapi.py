@@ -118,7 +118,9 @@ class OpenAPISpec:
         # {path} of /var/{path} holds slashes (nomad/jobs/x); every other parameter is one segment.
         pattern = re.sub(
             r"\{(\w+)\}",
-            lambda m: f"(?P<{m.group(1)}>.+)" if m.group(1) == "path" else f"(?P<{m.group(1)}>[^/]+)",
+            lambda m: (
+                f"(?P<{m.group(1)}>.+)" if m.group(1) == "path" else f"(?P<{m.group(1)}>[^/]+)"
+            ),
             template,
         )
         parameters = tuple(self._resolve(p) for p in op.get("parameters", []))
@@ -161,7 +163,9 @@ class OpenAPISpec:
 
     # -- validation ---------------------------------------------------------------------
 
-    def _validate(self, schema: dict[str, Any], value: Any, *, strict: bool) -> list[ValidationError]:
+    def _validate(
+        self, schema: dict[str, Any], value: Any, *, strict: bool
+    ) -> list[ValidationError]:
         components = self._strict_components if strict else self._components
         root = {**schema, "components": components}
         validator = OAS30Validator(root, format_checker=oas30_format_checker)
@@ -188,11 +192,17 @@ class OpenAPISpec:
     def check_query(self, op: Operation, query: dict[str, list[str]]) -> Problems:
         """Each query parameter: declared (or a known erratum) and of its declared type."""
         problems = Problems()
-        declared = {p["name"]: p["schema"].get("type", "string") for p in op.parameters if p["in"] == "query"}
+        declared = {
+            p["name"]: p["schema"].get("type", "string")
+            for p in op.parameters
+            if p["in"] == "query"
+        }
         for name, values in query.items():
             kind = declared.get(name) or _EXTRA_QUERY.get(name)
             if kind is None:
-                problems.unknown.append(f"query parameter {name!r} is not one {op.operation_id} reads")
+                problems.unknown.append(
+                    f"query parameter {name!r} is not one {op.operation_id} reads"
+                )
                 continue
             for text in values:
                 problems.errors.extend(check_scalar(name, kind, text))

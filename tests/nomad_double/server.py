@@ -1,7 +1,7 @@
 """The HTTP front of the double: ACL, routing, validation of every request and response.
 
 Each request goes: ACL token check -> route (the OpenAPI description's paths, plus the two
-endpoints it lacks: ``/v1/agent/self`` and ``/v1/client/fs/logs/{allocID}``) -> query and
+endpoints it lacks: ``/v1/agent/self`` and ``/v1/client/fs/logs/{alloc_id}``) -> query and
 body validation (400 with Nomad's plain-text style on a type error; a key Nomad would
 silently ignore is also refused with 400 unless ``unknown_keys="record"``) -> handler ->
 response validation (a failure is recorded as a ``response`` violation, which fails the
@@ -69,7 +69,12 @@ class Reply:
 
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)$")
-_LOGS = re.compile(r"^/client/fs/logs/(?P<allocID>[^/]+)$")
+_LOGS = re.compile(r"^/client/fs/logs/(?P<alloc_id>[^/]+)$")
+
+
+def _snake(name: str) -> str:
+    """GetJobScaleStatus -> get_job_scale_status, jobName -> job_name (handler names)."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower().replace("i_d", "id")
 
 
 def _go_duration_seconds(text: str) -> float:
@@ -114,7 +119,9 @@ class Handler(BaseHTTPRequestHandler):
                     body = json.loads(raw)
                 except ValueError as error:
                     raise HTTPError(400, f"Request decode failed: {error}") from error
-            reply = Routes(double, method, url.path, query, body, dict(self.headers.items())).dispatch()
+            reply = Routes(
+                double, method, url.path, query, body, dict(self.headers.items())
+            ).dispatch()
             status = reply.status
             self._send(reply)
         except HTTPError as error:
@@ -223,19 +230,21 @@ class Routes:
             return self._agent_self()
         logs = _LOGS.match(path)
         if logs and self.method == "GET":
-            return self._logs(logs.group("allocID"))
+            return self._logs(logs.group("alloc_id"))
         found = self.double.spec.match(self.method, path)
         if found is None:
             if self.double.spec.path_exists(path):
                 raise HTTPError(405, "Invalid method")
             raise HTTPError(404, "Invalid URL path")
         op, params = found
-        handler = getattr(self, f"op_{op.operation_id}", None)
+        handler = getattr(self, f"op_{_snake(op.operation_id)}", None)
         if handler is None:
-            self.violation("unimplemented", f"{op.operation_id} is not implemented by the Nomad double")
+            self.violation(
+                "unimplemented", f"{op.operation_id} is not implemented by the Nomad double"
+            )
             raise HTTPError(501, f"{op.operation_id} is not implemented by the Nomad double")
         self._validate_request(op)
-        reply: Reply = handler(**params)
+        reply: Reply = handler(**{_snake(k): v for k, v in params.items()})
         if reply.status == 200 and op.response_schema is not None and reply.raw is None:
             problems = self.double.spec.check(op.response_schema, reply.body)
             for detail in problems.errors + problems.unknown:
@@ -277,13 +286,16 @@ class Routes:
             raise HTTPError(
                 400,
                 format_errors(
-                    [f"Nomad would silently ignore this (fix the request): {d}" for d in problems.unknown]
+                    [
+                        f"Nomad would silently ignore this (fix the request): {d}"
+                        for d in problems.unknown
+                    ]
                 ),
             )
 
     # -- status, agent ---------------------------------------------------------------------
 
-    def op_GetStatusLeader(self) -> Reply:
+    def op_get_status_leader(self) -> Reply:
         return Reply("127.0.0.1:4647")
 
     def _agent_self(self) -> Reply:
@@ -358,13 +370,13 @@ class Routes:
             }
         )
 
-    def op_RegisterJob(self) -> Reply:
+    def op_register_job(self) -> Reply:
         return self._register(None)
 
-    def op_PostJob(self, jobName: str) -> Reply:
-        return self._register(jobName)
+    def op_post_job(self, job_name: str) -> Reply:
+        return self._register(job_name)
 
-    def op_PostJobValidateRequest(self) -> Reply:
+    def op_post_job_validate_request(self) -> Reply:
         job = self.body.get("Job") if isinstance(self.body, dict) else None
         errors = validate_job(job)
         return Reply(
@@ -376,7 +388,7 @@ class Routes:
             }
         )
 
-    def op_GetJobs(self) -> Reply:
+    def op_get_jobs(self) -> Reply:
         self._blocking()
         prefix = self.q("prefix")
         with self.cluster.lock:
@@ -387,28 +399,28 @@ class Routes:
             ]
         return Reply(stubs)
 
-    def op_GetJob(self, jobName: str) -> Reply:
+    def op_get_job(self, job_name: str) -> Reply:
         self._blocking()
         with self.cluster.lock:
-            return Reply(views.job_view(self.cluster, self._job(jobName)))
+            return Reply(views.job_view(self.cluster, self._job(job_name)))
 
-    def op_GetJobSummary(self, jobName: str) -> Reply:
+    def op_get_job_summary(self, job_name: str) -> Reply:
         self._blocking()
         with self.cluster.lock:
-            return Reply(views.summary_view(self.cluster, self._job(jobName)))
+            return Reply(views.summary_view(self.cluster, self._job(job_name)))
 
-    def op_GetJobAllocations(self, jobName: str) -> Reply:
+    def op_get_job_allocations(self, job_name: str) -> Reply:
         # Nomad lists allocations by job ID without checking the job exists: [] when unknown.
         self._blocking()
         with self.cluster.lock:
-            allocs = self.cluster.job_allocations(self.namespace, jobName)
+            allocs = self.cluster.job_allocations(self.namespace, job_name)
             return Reply([views.alloc_stub(self.cluster, a) for a in allocs])
 
-    def op_DeleteJob(self, jobName: str) -> Reply:
+    def op_delete_job(self, job_name: str) -> Reply:
         purge = self.q_bool("purge")
         with self.cluster.lock:
-            self._job(jobName)
-            eval_id = self.cluster.deregister((self.namespace, jobName), purge)
+            self._job(job_name)
+            eval_id = self.cluster.deregister((self.namespace, job_name), purge)
             evaluation = self.cluster.evaluations[eval_id]
         return Reply(
             {
@@ -422,15 +434,15 @@ class Routes:
             }
         )
 
-    def op_GetJobScaleStatus(self, jobName: str) -> Reply:
+    def op_get_job_scale_status(self, job_name: str) -> Reply:
         self._blocking()
         with self.cluster.lock:
-            return Reply(views.scale_status(self.cluster, self._job(jobName)))
+            return Reply(views.scale_status(self.cluster, self._job(job_name)))
 
-    def op_PostJobScalingRequest(self, jobName: str) -> Reply:
+    def op_post_job_scaling_request(self, job_name: str) -> Reply:
         request = self.body if isinstance(self.body, dict) else {}
         target = request.get("Target") or {}
-        if target.get("Job") and target["Job"] != jobName:
+        if target.get("Job") and target["Job"] != job_name:
             raise HTTPError(400, "job ID in payload did not match URL")
         group_name = target.get("Group")
         if not group_name:
@@ -439,25 +451,35 @@ class Routes:
         if count is not None and count < 0:
             raise HTTPError(400, "scaling action count can't be negative")
         with self.cluster.lock:
-            record = self.cluster.jobs.get((self.namespace, jobName))
+            record = self.cluster.jobs.get((self.namespace, job_name))
             if record is None:
-                raise HTTPError(404, f'job "{jobName}" not found')
+                raise HTTPError(404, f'job "{job_name}" not found')
             group = next((g for g in record.job["TaskGroups"] if g["Name"] == group_name), None)
             if group is None:
-                raise HTTPError(400, f'task group "{group_name}" specified for scaling does not exist')
+                raise HTTPError(
+                    400, f'task group "{group_name}" specified for scaling does not exist'
+                )
             if record.stopped:
                 raise HTTPError(400, "job is stopped: it cannot be scaled")
             policy = group.get("Scaling")
             if count is not None and policy:
                 if policy.get("Min") is not None and count < policy["Min"]:
-                    raise HTTPError(400, f"group count was less than scaling policy minimum: {count} < {policy['Min']}")
+                    raise HTTPError(
+                        400,
+                        "group count was less than scaling policy minimum:"
+                        f" {count} < {policy['Min']}",
+                    )
                 if policy.get("Max") is not None and count > policy["Max"]:
-                    raise HTTPError(400, f"group count was greater than scaling policy maximum: {count} > {policy['Max']}")
+                    raise HTTPError(
+                        400,
+                        "group count was greater than scaling policy maximum:"
+                        f" {count} > {policy['Max']}",
+                    )
             if count is None:
                 eval_id = ""
                 evaluation: dict[str, Any] = {"CreateIndex": 0}
             else:
-                eval_id = self.cluster.scale((self.namespace, jobName), group_name, int(count))
+                eval_id = self.cluster.scale((self.namespace, job_name), group_name, int(count))
                 evaluation = self.cluster.evaluations[eval_id]
             return Reply(
                 {
@@ -474,15 +496,15 @@ class Routes:
 
     # -- allocations, evaluations ---------------------------------------------------------
 
-    def op_GetAllocation(self, allocID: str) -> Reply:
+    def op_get_allocation(self, alloc_id: str) -> Reply:
         self._blocking()
         with self.cluster.lock:
-            alloc = self.cluster.allocations.get(allocID)
+            alloc = self.cluster.allocations.get(alloc_id)
             if alloc is None:
                 raise HTTPError(404, "alloc not found")
             return Reply(views.alloc_view(self.cluster, alloc))
 
-    def op_GetAllocations(self) -> Reply:
+    def op_get_allocations(self) -> Reply:
         self._blocking()
         prefix = self.q("prefix")
         with self.cluster.lock:
@@ -495,16 +517,16 @@ class Routes:
                 ]
             )
 
-    def op_GetEvaluation(self, evalID: str) -> Reply:
+    def op_get_evaluation(self, eval_id: str) -> Reply:
         with self.cluster.lock:
-            evaluation = self.cluster.evaluations.get(evalID)
+            evaluation = self.cluster.evaluations.get(eval_id)
             if evaluation is None:
                 raise HTTPError(404, "eval not found")
             return Reply(dict(evaluation))
 
     # -- variables ---------------------------------------------------------------------------
 
-    def op_GetVariableQuery(self, path: str) -> Reply:
+    def op_get_variable_query(self, path: str) -> Reply:
         self._blocking()
         with self.cluster.lock:
             record = self.cluster.variables.get((self.namespace, path))
@@ -512,7 +534,7 @@ class Routes:
                 raise HTTPError(404, "variable not found")
             return Reply(views.variable_view(record))
 
-    def op_GetVariablesListRequest(self) -> Reply:
+    def op_get_variables_list_request(self) -> Reply:
         self._blocking()
         prefix = self.q("prefix")
         with self.cluster.lock:
@@ -556,13 +578,13 @@ class Routes:
                 record.modify_time = now
             return Reply(views.variable_view(record))
 
-    def op_PutVariable(self, path: str) -> Reply:
+    def op_put_variable(self, path: str) -> Reply:
         return self._put_variable(path)
 
-    def op_PostVariable(self, path: str) -> Reply:
+    def op_post_variable(self, path: str) -> Reply:
         return self._put_variable(path)
 
-    def op_DeleteVariable(self, path: str) -> Reply:
+    def op_delete_variable(self, path: str) -> Reply:
         with self.cluster.lock:
             key = (self.namespace, path)
             record = self.cluster.variables.get(key)
@@ -575,12 +597,22 @@ class Routes:
     # -- logs (not in the OpenAPI description: validated here by hand) -------------------------
 
     def _logs(self, alloc_id: str) -> Reply:
-        known = {"task": "string", "type": "string", "follow": "boolean", "offset": "integer",
-                 "origin": "string", "plain": "boolean", "namespace": "string", "region": "string"}
+        known = {
+            "task": "string",
+            "type": "string",
+            "follow": "boolean",
+            "offset": "integer",
+            "origin": "string",
+            "plain": "boolean",
+            "namespace": "string",
+            "region": "string",
+        }
         problems = Problems()
         for name, values in self.query.items():
             if name not in known:
-                problems.unknown.append(f"query parameter {name!r} is not one the logs endpoint reads")
+                problems.unknown.append(
+                    f"query parameter {name!r} is not one the logs endpoint reads"
+                )
                 continue
             for text in values:
                 problems.errors.extend(check_scalar(name, known[name], text))
@@ -611,7 +643,11 @@ class Routes:
         def frame(data: bytes, position: int) -> bytes:
             if plain:
                 return data
-            frame_obj = {"Data": base64.b64encode(data).decode(), "File": file_name, "Offset": position}
+            frame_obj = {
+                "Data": base64.b64encode(data).decode(),
+                "File": file_name,
+                "Offset": position,
+            }
             return json.dumps(frame_obj).encode()
 
         def read_from(position: int) -> tuple[bytes, int]:
@@ -647,7 +683,10 @@ def serve(double: NomadDouble) -> tuple[_Server, threading.Thread]:
     server.double = double
     # A short poll interval: shutdown() waits for it, and tests stop one double each.
     thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="nomad-double-http", daemon=True
+        target=server.serve_forever,
+        kwargs={"poll_interval": 0.05},
+        name="nomad-double-http",
+        daemon=True,
     )
     thread.start()
     return server, thread

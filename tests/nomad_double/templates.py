@@ -47,7 +47,7 @@ class TemplateError(Exception):
     """A template the double cannot render (unsupported syntax or a denied variable)."""
 
 
-class MissingVariable(Exception):
+class MissingVariableError(Exception):
     """A ``nomadVar`` path that does not exist yet: Nomad blocks the task until it does."""
 
     def __init__(self, path: str) -> None:
@@ -137,11 +137,14 @@ Lookup = Callable[[str], Mapping[str, str]]
 
 
 def render(source: str, lookup: Lookup, env: Mapping[str, str]) -> str:
-    """Render ``source``; ``lookup(path)`` returns a variable's items or raises MissingVariable."""
+    """Render ``source``; ``lookup(path)`` gives a variable's items or raises
+    MissingVariableError."""
     return _render(_parse(source), lookup, env, dot=None, scope={})
 
 
-def _value(expr: str, lookup: Lookup, env: Mapping[str, str], dot: object, scope: dict[str, object]) -> object:
+def _value(
+    expr: str, lookup: Lookup, env: Mapping[str, str], dot: object, scope: dict[str, object]
+) -> object:
     expr = expr.strip()
     if expr.startswith("(") and expr.endswith(")"):
         expr = expr[1:-1].strip()
@@ -171,7 +174,11 @@ def _value(expr: str, lookup: Lookup, env: Mapping[str, str], dot: object, scope
 
 
 def _render(
-    nodes: list[_Node], lookup: Lookup, env: Mapping[str, str], dot: object, scope: dict[str, object]
+    nodes: list[_Node],
+    lookup: Lookup,
+    env: Mapping[str, str],
+    dot: object,
+    scope: dict[str, object],
 ) -> str:
     out: list[str] = []
     for node in nodes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,9 @@ import pytest
 import requests
 from nomad.api import exceptions as nomad_errors
 
-from nomad_double import NomadDouble, SpecMissing, load_spec
+from nomad_double import NomadDouble, SpecMissingError, load_spec
 from nomad_double import views as double_views
+from nomad_double.fixtures import MakeDouble
 
 SECOND = 1_000_000_000
 FAST_RESTART = {"Attempts": 1, "Interval": 10 * SECOND, "Delay": 50_000_000, "Mode": "fail"}
@@ -29,7 +31,14 @@ SHOW_ENV = (
 
 
 def client(double: NomadDouble, token: str | None = "same") -> nomad.Nomad:
-    return nomad.Nomad(address=double.address, token=double.token if token == "same" else token, timeout=5)
+    return nomad.Nomad(
+        address=double.address, token=double.token if token == "same" else token, timeout=5
+    )
+
+
+def auth(double: NomadDouble) -> dict[str, str]:
+    assert double.token is not None
+    return {"X-Nomad-Token": double.token}
 
 
 def task(name: str, code: str, *args: str, **extra: Any) -> dict[str, Any]:
@@ -43,11 +52,27 @@ def task(name: str, code: str, *args: str, **extra: Any) -> dict[str, Any]:
 
 
 def group(name: str, count: int, *tasks: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {"Name": name, "Count": count, "RestartPolicy": dict(FAST_RESTART), "Tasks": list(tasks), **extra}
+    return {
+        "Name": name,
+        "Count": count,
+        "RestartPolicy": dict(FAST_RESTART),
+        "Tasks": list(tasks),
+        **extra,
+    }
 
 
-def job(job_id: str, *groups: dict[str, Any], job_type: str = "batch", **extra: Any) -> dict[str, Any]:
-    return {"Job": {"ID": job_id, "Type": job_type, "Datacenters": ["dc1"], "TaskGroups": list(groups), **extra}}
+def job(
+    job_id: str, *groups: dict[str, Any], job_type: str = "batch", **extra: Any
+) -> dict[str, Any]:
+    return {
+        "Job": {
+            "ID": job_id,
+            "Type": job_type,
+            "Datacenters": ["dc1"],
+            "TaskGroups": list(groups),
+            **extra,
+        }
+    }
 
 
 def running(double: NomadDouble, job_id: str, count: int) -> bool:
@@ -65,13 +90,19 @@ def alive(pid: int) -> bool:
 
 def two_group_job(job_id: str = "coach-stream-r1") -> dict[str, Any]:
     template = {
-        "EmbeddedTmpl": '{{ with nomadVar "nomad/jobs/' + job_id + '" }}KAFKA_PASSWORD={{ .kafka_password }}{{ end }}\n',
+        "EmbeddedTmpl": '{{ with nomadVar "nomad/jobs/'
+        + job_id
+        + '" }}KAFKA_PASSWORD={{ .kafka_password }}{{ end }}\n',
         "DestPath": "secrets/kafka.env",
         "Envvars": True,
     }
-    trainer = task("trainer", SHOW_ENV, "${NOMAD_META_run_id}", "${node.datacenter}", Templates=[template])
+    trainer = task(
+        "trainer", SHOW_ENV, "${NOMAD_META_run_id}", "${node.datacenter}", Templates=[template]
+    )
     rollout = task("rollout", SHOW_ENV, "worker-${NOMAD_ALLOC_INDEX}", Templates=[template])
-    return job(job_id, group("trainer", 1, trainer), group("rollout", 2, rollout), Meta={"run_id": "r1"})
+    return job(
+        job_id, group("trainer", 1, trainer), group("rollout", 2, rollout), Meta={"run_id": "r1"}
+    )
 
 
 # -- the happy path -------------------------------------------------------------------------------
@@ -79,11 +110,15 @@ def two_group_job(job_id: str = "coach-stream-r1") -> dict[str, Any]:
 
 def test_two_group_job_runs_with_env_templates_and_logs(nomad_double: NomadDouble) -> None:
     api = client(nomad_double)
-    api.variable.create_variable("nomad/jobs/coach-stream-r1", {"Items": {"kafka_password": "pw-1"}})
+    api.variable.create_variable(
+        "nomad/jobs/coach-stream-r1", {"Items": {"kafka_password": "pw-1"}}
+    )
     answer = api.job.register_job("coach-stream-r1", two_group_job())
     assert answer["EvalID"] and answer["JobModifyIndex"] > 0
 
-    nomad_double.wait_until(lambda: running(nomad_double, "coach-stream-r1", 3), what="3 allocations running")
+    nomad_double.wait_until(
+        lambda: running(nomad_double, "coach-stream-r1", 3), what="3 allocations running"
+    )
     allocs = api.job.get_allocations("coach-stream-r1")
     assert sorted(a["Name"] for a in allocs) == [
         "coach-stream-r1.rollout[0]",
@@ -94,21 +129,33 @@ def test_two_group_job_runs_with_env_templates_and_logs(nomad_double: NomadDoubl
     trainer = next(a for a in allocs if a["TaskGroup"] == "trainer")
     full = api.allocation.get_allocation(trainer["ID"])
     assert full["TaskStates"]["trainer"]["State"] == "running"
-    assert [e["Type"] for e in full["TaskStates"]["trainer"]["Events"]] == ["Received", "Task Setup", "Started"]
+    assert [e["Type"] for e in full["TaskStates"]["trainer"]["Events"]] == [
+        "Received",
+        "Task Setup",
+        "Started",
+    ]
     assert full["Job"]["TaskGroups"][0]["RestartPolicy"] == FAST_RESTART
 
-    nomad_double.wait_until(lambda: "index" in nomad_double.logs(trainer["ID"], "trainer"), what="trainer output")
+    nomad_double.wait_until(
+        lambda: "index" in nomad_double.logs(trainer["ID"], "trainer"), what="trainer output"
+    )
     stdout = api.client.stream_logs.stream(trainer["ID"], "trainer", "stdout", plain=True)
     assert stdout == "index 0 group trainer run r1 arg ['r1', 'dc1']\n"
-    nomad_double.wait_until(lambda: nomad_double.logs(trainer["ID"], "trainer", "stderr"), what="stderr")
+    nomad_double.wait_until(
+        lambda: nomad_double.logs(trainer["ID"], "trainer", "stderr"), what="stderr"
+    )
     framed = api.client.stream_logs.stream(trainer["ID"], "trainer", "stderr")
     frame = json.loads(framed)
     assert base64.b64decode(frame["Data"]).decode() == "secret pw-1\n"
     assert frame["File"] == "alloc/logs/trainer.stderr.0"
 
     rollout_1 = nomad_double.allocation("coach-stream-r1", "rollout", 1)
-    nomad_double.wait_until(lambda: "index" in nomad_double.logs(rollout_1.id, "rollout"), what="rollout output")
-    assert "arg ['worker-1']" in api.client.stream_logs.stream(rollout_1.id, "rollout", "stdout", plain=True)
+    nomad_double.wait_until(
+        lambda: "index" in nomad_double.logs(rollout_1.id, "rollout"), what="rollout output"
+    )
+    assert "arg ['worker-1']" in api.client.stream_logs.stream(
+        rollout_1.id, "rollout", "stdout", plain=True
+    )
 
     summary = api.job.get_summary("coach-stream-r1")["Summary"]
     assert summary["rollout"]["Running"] == 2 and summary["trainer"]["Running"] == 1
@@ -118,16 +165,20 @@ def test_two_group_job_runs_with_env_templates_and_logs(nomad_double: NomadDoubl
     nomad_double.assert_no_violations()
 
 
-def test_kill_9_is_restarted_per_policy_then_fails_the_allocation(nomad_double: NomadDouble) -> None:
+def test_kill_9_is_restarted_per_policy_then_fails_the_allocation(
+    nomad_double: NomadDouble,
+) -> None:
     api = client(nomad_double)
-    api.job.register_job("j", job("j", group("rollout", 1, task("rollout", "import time; time.sleep(60)"))))
+    api.job.register_job(
+        "j", job("j", group("rollout", 1, task("rollout", "import time; time.sleep(60)")))
+    )
     nomad_double.wait_until(lambda: running(nomad_double, "j", 1), what="running")
     alloc = nomad_double.allocation("j", "rollout", 0)
     first = nomad_double.kill_task(alloc.id, "rollout")
 
     def restarted() -> bool:
         state = alloc.tasks["rollout"].state
-        return state["Restarts"] == 1 and state["State"] == "running"
+        return bool(state["Restarts"] == 1 and state["State"] == "running")
 
     nomad_double.wait_until(restarted, what="one restart")
     second = alloc.tasks["rollout"].process
@@ -135,16 +186,24 @@ def test_kill_9_is_restarted_per_policy_then_fails_the_allocation(nomad_double: 
     view = api.allocation.get_allocation(alloc.id)["TaskStates"]["rollout"]
     terminated = next(e for e in view["Events"] if e["Type"] == "Terminated")
     assert (terminated["ExitCode"], terminated["Signal"]) == (137, 9)
-    assert next(e for e in view["Events"] if e["Type"] == "Restarting")["RestartReason"] == "Restart within policy"
+    assert (
+        next(e for e in view["Events"] if e["Type"] == "Restarting")["RestartReason"]
+        == "Restart within policy"
+    )
 
-    nomad_double.kill_task(alloc.id, "rollout")  # a second crash in the interval: attempts (1) exhausted
+    nomad_double.kill_task(
+        alloc.id, "rollout"
+    )  # a second crash in the interval: attempts (1) exhausted
     nomad_double.wait_until(lambda: alloc.terminal(), what="allocation failed")
     view = api.allocation.get_allocation(alloc.id)
     assert view["ClientStatus"] == "failed"
     state = view["TaskStates"]["rollout"]
     assert state["State"] == "dead" and state["Failed"] and state["Restarts"] == 1
     assert state["Events"][-1]["Type"] == "Not Restarting"
-    assert state["Events"][-1]["RestartReason"] == 'Exceeded allowed attempts 1 in interval 10s and mode is "fail"'
+    assert (
+        state["Events"][-1]["RestartReason"]
+        == 'Exceeded allowed attempts 1 in interval 10s and mode is "fail"'
+    )
     assert api.job.get_summary("j")["Summary"]["rollout"]["Failed"] == 1
     nomad_double.assert_no_violations()
 
@@ -167,10 +226,14 @@ def test_mode_delay_waits_out_the_interval_instead_of_failing(nomad_double: Noma
     assert exits == [3, 3]
 
 
-def test_exit_0_completes_a_batch_task_but_restarts_a_service_task(nomad_double: NomadDouble) -> None:
+def test_exit_0_completes_a_batch_task_but_restarts_a_service_task(
+    nomad_double: NomadDouble,
+) -> None:
     api = client(nomad_double)
     api.job.register_job("b", job("b", group("g", 1, task("t", "print('done')"))))
-    api.job.register_job("s", job("s", group("g", 1, task("t", "print('done')")), job_type="service"))
+    api.job.register_job(
+        "s", job("s", group("g", 1, task("t", "print('done')")), job_type="service")
+    )
     batch = nomad_double.job_allocations("b")[0]
     service = nomad_double.job_allocations("s")[0]
     nomad_double.wait_until(batch.terminal, what="batch allocation complete")
@@ -194,22 +257,38 @@ def test_scale_up_and_down_through_the_scale_endpoint(nomad_double: NomadDouble)
     nomad_double.wait_until(lambda: running(nomad_double, "sc", 2), what="2 running")
 
     # python-nomad 2.1.0 has no scale method: the orchestrator posts the ScalingRequest itself.
-    scaled = api.job.request("sc", "scale", json={"Count": 3, "Target": {"Group": "rollout"}}, method="post")
+    scaled = api.job.request(
+        "sc", "scale", json={"Count": 3, "Target": {"Group": "rollout"}}, method="post"
+    )
     assert scaled.json()["EvalID"]
     nomad_double.wait_until(lambda: running(nomad_double, "sc", 3), what="3 running")
     assert sorted(a.index for a in nomad_double.job_allocations("sc")) == [0, 1, 2]
     status = api.job.request("sc", "scale", method="get").json()
-    assert status["TaskGroups"]["rollout"]["Desired"] == 3 and status["TaskGroups"]["rollout"]["Running"] == 3
+    assert (
+        status["TaskGroups"]["rollout"]["Desired"] == 3
+        and status["TaskGroups"]["rollout"]["Running"] == 3
+    )
 
-    highest = [r.process.pid for a in nomad_double.job_allocations("sc") if a.index > 0 for r in a.tasks.values()]
+    highest = [
+        r.process.pid
+        for a in nomad_double.job_allocations("sc")
+        if a.index > 0
+        for r in a.tasks.values()
+        if r.process is not None
+    ]
     api.job.request("sc", "scale", json={"Count": 1, "Target": {"Group": "rollout"}}, method="post")
     nomad_double.wait_until(lambda: running(nomad_double, "sc", 1), what="1 running")
     stopped = [a for a in nomad_double.job_allocations("sc") if a.desired_status == "stop"]
     assert sorted(a.index for a in stopped) == [1, 2]
-    nomad_double.wait_until(lambda: all(a.terminal() for a in stopped), what="scaled-down allocations stopped")
+    nomad_double.wait_until(
+        lambda: all(a.terminal() for a in stopped), what="scaled-down allocations stopped"
+    )
     assert all(a.client_status()[0] == "complete" for a in stopped)
-    assert [e["Type"] for e in stopped[0].tasks["rollout"].state["Events"]][-2:] == ["Killing", "Killed"]
-    assert not any(alive(pid) for pid in highest if pid is not None)
+    assert [e["Type"] for e in stopped[0].tasks["rollout"].state["Events"]][-2:] == [
+        "Killing",
+        "Killed",
+    ]
+    assert len(highest) == 2 and not any(alive(pid) for pid in highest)
     assert api.job.get_job("sc")["TaskGroups"][0]["Count"] == 1
     nomad_double.assert_no_violations()
 
@@ -219,13 +298,21 @@ def test_scale_up_and_down_through_the_scale_endpoint(nomad_double: NomadDouble)
     [
         ({"Count": 2}, 400, "missing task group name for scaling action"),
         ({"Count": -1, "Target": {"Group": "g"}}, 400, "scaling action count can't be negative"),
-        ({"Count": 2, "Target": {"Group": "nope"}}, 400, 'task group "nope" specified for scaling does not exist'),
+        (
+            {"Count": 2, "Target": {"Group": "nope"}},
+            400,
+            'task group "nope" specified for scaling does not exist',
+        ),
     ],
 )
-def test_scale_refusals(nomad_double: NomadDouble, body: dict[str, Any], status: int, text: str) -> None:
+def test_scale_refusals(
+    nomad_double: NomadDouble, body: dict[str, Any], status: int, text: str
+) -> None:
     client(nomad_double).job.register_job("x", job("x", group("g", 0, task("t", "pass"))))
     answer = requests.post(
-        f"{nomad_double.address}/v1/job/x/scale", json=body, headers={"X-Nomad-Token": nomad_double.token}
+        f"{nomad_double.address}/v1/job/x/scale",
+        json=body,
+        headers=auth(nomad_double),
     )
     assert (answer.status_code, answer.text) == (status, text)
 
@@ -233,10 +320,16 @@ def test_scale_refusals(nomad_double: NomadDouble, body: dict[str, Any], status:
 def test_deregister_with_purge_leaves_no_process_and_no_job(nomad_double: NomadDouble) -> None:
     api = client(nomad_double)
     # The task starts a grandchild in its process group: it must die too.
-    spawner = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
+    spawner = (
+        "import subprocess, sys, time\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "time.sleep(60)\n"
+    )
     api.job.register_job("p", job("p", group("g", 2, task("t", spawner))))
     nomad_double.wait_until(lambda: running(nomad_double, "p", 2), what="running")
-    groups = [r.process.pid for a in nomad_double.allocations for r in a.tasks.values() if r.process]
+    groups = [
+        r.process.pid for a in nomad_double.allocations for r in a.tasks.values() if r.process
+    ]
 
     def family(pgid: int) -> list[int]:
         members = []
@@ -249,10 +342,14 @@ def test_deregister_with_purge_leaves_no_process_and_no_job(nomad_double: NomadD
                 members.append(int(stat.parent.name))
         return members
 
-    nomad_double.wait_until(lambda: all(len(family(g)) == 2 for g in groups), what="grandchildren started")
+    nomad_double.wait_until(
+        lambda: all(len(family(g)) == 2 for g in groups), what="grandchildren started"
+    )
     answer = api.job.deregister_job("p", purge=True)
     assert answer["EvalID"]
-    nomad_double.wait_until(lambda: all(a.terminal() for a in nomad_double.allocations), what="stopped")
+    nomad_double.wait_until(
+        lambda: all(a.terminal() for a in nomad_double.allocations), what="stopped"
+    )
     assert all(family(g) == [] for g in groups)
     assert nomad_double.pids() == []
     with pytest.raises(nomad_errors.URLNotFoundNomadException) as missing:
@@ -264,10 +361,14 @@ def test_deregister_with_purge_leaves_no_process_and_no_job(nomad_double: NomadD
 
 def test_deregister_without_purge_keeps_a_dead_job(nomad_double: NomadDouble) -> None:
     api = client(nomad_double)
-    api.job.register_job("k", job("k", group("g", 1, task("t", "import time; time.sleep(60)")), job_type="service"))
+    api.job.register_job(
+        "k", job("k", group("g", 1, task("t", "import time; time.sleep(60)")), job_type="service")
+    )
     nomad_double.wait_until(lambda: running(nomad_double, "k", 1), what="running")
     api.job.deregister_job("k")
-    nomad_double.wait_until(lambda: all(a.terminal() for a in nomad_double.allocations), what="stopped")
+    nomad_double.wait_until(
+        lambda: all(a.terminal() for a in nomad_double.allocations), what="stopped"
+    )
     stopped = api.job.get_job("k")
     assert (stopped["Stop"], stopped["Status"]) == (True, "dead")
 
@@ -280,13 +381,15 @@ def test_acl_token_missing_or_wrong_is_403(nomad_double: NomadDouble) -> None:
         client(nomad_double, token=None).jobs.get_jobs()
     assert no_token.value.nomad_resp.text == "Permission denied"
     with pytest.raises(nomad_errors.URLNotAuthorizedNomadException) as wrong:
-        client(nomad_double, token="not-the-token").job.register_job("x", job("x", group("g", 1, task("t", "pass"))))
+        client(nomad_double, token="not-the-token").job.register_job(
+            "x", job("x", group("g", 1, task("t", "pass")))
+        )
     assert wrong.value.nomad_resp.status_code == 403
     assert nomad_double.jobs == {}
     assert client(nomad_double, token=None).status.leader.get_leader() == "127.0.0.1:4647"
 
 
-def test_acls_off_without_a_token(nomad_double_factory) -> None:
+def test_acls_off_without_a_token(nomad_double_factory: MakeDouble) -> None:
     double = nomad_double_factory(token=None)
     assert nomad.Nomad(address=double.address).jobs.get_jobs() == []
 
@@ -308,16 +411,30 @@ def _driverless() -> dict[str, Any]:
     [
         (_no_id(), "Missing job ID"),
         (job("x"), "Missing job task groups"),
-        (_driverless(), "Task group g validation failed: Task t validation failed: Missing task driver"),
+        (
+            _driverless(),
+            "Task group g validation failed: Task t validation failed: Missing task driver",
+        ),
         (job("x", group("g", -1, task("t", "pass"))), "Task group count can't be negative"),
-        (job("x", group("g", 1, {**task("t", "pass"), "Driver": "nope"})), 'Unknown task driver "nope"'),
-        (job("x", group("g", "2", task("t", "pass"))), "$.Job.TaskGroups[0].Count: '2' is not of type 'integer'"),
-        (job("x", group("g", 1, task("t", "pass"), Restart={"Attempts": 1})), "'Restart' was unexpected"),
+        (
+            job("x", group("g", 1, {**task("t", "pass"), "Driver": "nope"})),
+            'Unknown task driver "nope"',
+        ),
+        (
+            job("x", group("g", "2", task("t", "pass"))),  # type: ignore[arg-type]
+            "$.Job.TaskGroups[0].Count: '2' is not of type 'integer'",
+        ),
+        (
+            job("x", group("g", 1, task("t", "pass"), Restart={"Attempts": 1})),
+            "'Restart' was unexpected",
+        ),
         (job("x", group("g", 1, task("t", "pass")), type="batch"), "'type' was unexpected"),
         ({"job": job("x", group("g", 1, task("t", "pass")))["Job"]}, "'job' was unexpected"),
     ],
 )
-def test_invalid_job_is_400_and_registers_nothing(nomad_double: NomadDouble, body: dict[str, Any], message: str) -> None:
+def test_invalid_job_is_400_and_registers_nothing(
+    nomad_double: NomadDouble, body: dict[str, Any], message: str
+) -> None:
     with pytest.raises(nomad_errors.BadRequestNomadException) as refused:
         client(nomad_double).jobs.register_job(body)
     assert message in refused.value.nomad_resp.text
@@ -326,7 +443,7 @@ def test_invalid_job_is_400_and_registers_nothing(nomad_double: NomadDouble, bod
     assert nomad_double.violations, "an invalid request must be recorded"
 
 
-def test_unknown_keys_can_be_recorded_instead_of_refused(nomad_double_factory) -> None:
+def test_unknown_keys_can_be_recorded_instead_of_refused(nomad_double_factory: MakeDouble) -> None:
     double = nomad_double_factory(unknown_keys="record")
     body = job("x", group("g", 0, task("t", "pass"), Restart={"Attempts": 1}))
     client(double).job.register_job("x", body)  # accepted, as Nomad would (silently ignoring it)
@@ -338,13 +455,14 @@ def test_unknown_keys_can_be_recorded_instead_of_refused(nomad_double_factory) -
 
 def test_unknown_job_allocation_and_variable_are_404(nomad_double: NomadDouble) -> None:
     api = client(nomad_double)
-    for call in (
+    calls: list[Callable[[], object]] = [
         lambda: api.job.get_job("nope"),
         lambda: api.job.get_summary("nope"),
         lambda: api.job.deregister_job("nope", purge=True),
         lambda: api.allocation.get_allocation("nope"),
         lambda: api.variable.get_variable("nomad/jobs/nope"),
-    ):
+    ]
+    for call in calls:
         with pytest.raises(nomad_errors.URLNotFoundNomadException):
             call()
     assert api.job.get_allocations("nope") == []  # Nomad lists by job ID without a lookup
@@ -354,19 +472,31 @@ def test_validate_endpoint_lists_errors_without_registering(nomad_double: NomadD
     api = client(nomad_double)
     bad = api.validate.validate_job(job("x", group("g", 1, {**task("t", "pass"), "Driver": ""})))
     assert bad.status_code == 200
-    assert bad.json()["ValidationErrors"] == ["Task group g validation failed: Task t validation failed: Missing task driver"]
-    assert api.validate.validate_job(job("x", group("g", 1, task("t", "pass")))).json()["ValidationErrors"] == []
+    assert bad.json()["ValidationErrors"] == [
+        "Task group g validation failed: Task t validation failed: Missing task driver"
+    ]
+    assert (
+        api.validate.validate_job(job("x", group("g", 1, task("t", "pass")))).json()[
+            "ValidationErrors"
+        ]
+        == []
+    )
     assert nomad_double.jobs == {}
 
 
-def test_docker_driver_is_accepted_but_its_allocation_fails_clearly(nomad_double: NomadDouble) -> None:
+def test_docker_driver_is_accepted_but_its_allocation_fails_clearly(
+    nomad_double: NomadDouble,
+) -> None:
     docker = {"Name": "t", "Driver": "docker", "Config": {"image": "coach-stream:latest"}}
     client(nomad_double).job.register_job("dk", job("dk", group("g", 1, docker)))
     alloc = nomad_double.job_allocations("dk")[0]
     nomad_double.wait_until(alloc.terminal, what="failed")
     event = alloc.tasks["t"].state["Events"][-1]
     assert alloc.client_status()[0] == "failed"
-    assert event["Type"] == "Driver Failure" and "not available on this double" in event["DisplayMessage"]
+    assert (
+        event["Type"] == "Driver Failure"
+        and "not available on this double" in event["DisplayMessage"]
+    )
 
 
 # -- variables, templates -------------------------------------------------------------------------
@@ -379,7 +509,9 @@ def test_variables_put_get_list_delete_and_cas(nomad_double: NomadDouble) -> Non
     assert api.variable.get_variable("nomad/jobs/a")["Items"] == {"k": "v"}
     assert [v["Path"] for v in api.variables.get_variables(prefix="nomad/")] == ["nomad/jobs/a"]
     with pytest.raises(nomad_errors.VariableConflict):
-        api.variable.create_variable("nomad/jobs/a", {"Items": {"k": "w"}}, cas=put["ModifyIndex"] + 100)
+        api.variable.create_variable(
+            "nomad/jobs/a", {"Items": {"k": "w"}}, cas=put["ModifyIndex"] + 100
+        )
     api.variable.create_variable("nomad/jobs/a", {"Items": {"k": "w"}}, cas=put["ModifyIndex"])
     assert nomad_double.variable("nomad/jobs/a") == {"k": "w"}
     api.variable.delete_variable("nomad/jobs/a")
@@ -394,20 +526,37 @@ def test_template_blocks_the_task_until_its_variable_exists(nomad_double: NomadD
         "Envvars": True,
     }
     code = "import os, time; print(os.environ['A'], os.environ['B'], flush=True); time.sleep(60)"
-    client(nomad_double).job.register_job("v", job("v", group("g", 1, task("t", code, Templates=[tmpl]))))
+    client(nomad_double).job.register_job(
+        "v", job("v", group("g", 1, task("t", code, Templates=[tmpl])))
+    )
     runner = nomad_double.job_allocations("v")[0].tasks["t"]
-    nomad_double.wait_until(lambda: any(e["Type"] == "Template" for e in runner.state["Events"]), what="blocked")
+    nomad_double.wait_until(
+        lambda: any(e["Type"] == "Template" for e in runner.state["Events"]), what="blocked"
+    )
     assert runner.state["State"] == "pending"
-    assert runner.state["Events"][-1]["DisplayMessage"] == "Missing: nomad.var.block(nomad/jobs/v@default.global)"
+    assert (
+        runner.state["Events"][-1]["DisplayMessage"]
+        == "Missing: nomad.var.block(nomad/jobs/v@default.global)"
+    )
     nomad_double.set_variable("nomad/jobs/v", {"A": "1", "B": "two"})
     alloc_id = nomad_double.job_allocations("v")[0].id
-    nomad_double.wait_until(lambda: "1 two" in nomad_double.logs(alloc_id, "t"), what="rendered env")
+    nomad_double.wait_until(
+        lambda: "1 two" in nomad_double.logs(alloc_id, "t"), what="rendered env"
+    )
 
 
-def test_a_variable_outside_the_jobs_paths_is_denied_with_acls_on(nomad_double: NomadDouble) -> None:
-    tmpl = {"EmbeddedTmpl": '{{ with nomadVar "shared/creds" }}X={{ .x }}{{ end }}', "DestPath": "local/x", "Envvars": True}
+def test_a_variable_outside_the_jobs_paths_is_denied_with_acls_on(
+    nomad_double: NomadDouble,
+) -> None:
+    tmpl = {
+        "EmbeddedTmpl": '{{ with nomadVar "shared/creds" }}X={{ .x }}{{ end }}',
+        "DestPath": "local/x",
+        "Envvars": True,
+    }
     nomad_double.set_variable("shared/creds", {"x": "1"})
-    client(nomad_double).job.register_job("w", job("w", group("g", 1, task("t", "pass", Templates=[tmpl]))))
+    client(nomad_double).job.register_job(
+        "w", job("w", group("g", 1, task("t", "pass", Templates=[tmpl])))
+    )
     alloc = nomad_double.job_allocations("w")[0]
     nomad_double.wait_until(alloc.terminal, what="template failure")
     assert "Permission denied" in alloc.tasks["t"].state["Events"][-1]["DisplayMessage"]
@@ -417,13 +566,15 @@ def test_a_variable_outside_the_jobs_paths_is_denied_with_acls_on(nomad_double: 
 
 
 def test_follow_logs_stream_until_the_task_ends(nomad_double: NomadDouble) -> None:
-    code = "import sys, time\nfor i in range(3):\n    print('line', i, flush=True); time.sleep(0.1)\n"
+    code = (
+        "import sys, time\nfor i in range(3):\n    print('line', i, flush=True); time.sleep(0.1)\n"
+    )
     client(nomad_double).job.register_job("f", job("f", group("g", 1, task("t", code))))
     alloc = nomad_double.job_allocations("f")[0]
     answer = requests.get(
         f"{nomad_double.address}/v1/client/fs/logs/{alloc.id}",
         params={"task": "t", "type": "stdout", "follow": "true", "plain": "true"},
-        headers={"X-Nomad-Token": nomad_double.token},
+        headers=auth(nomad_double),
         stream=True,
         timeout=10,
     )
@@ -432,7 +583,7 @@ def test_follow_logs_stream_until_the_task_ends(nomad_double: NomadDouble) -> No
     tail = requests.get(
         f"{nomad_double.address}/v1/client/fs/logs/{alloc.id}",
         params={"task": "t", "type": "stdout", "origin": "end", "offset": "7", "plain": "true"},
-        headers={"X-Nomad-Token": nomad_double.token},
+        headers=auth(nomad_double),
     )
     assert tail.text == "line 2\n"
 
@@ -442,14 +593,19 @@ def test_follow_logs_stream_until_the_task_ends(nomad_double: NomadDouble) -> No
     [
         ({"type": "stdout"}, "must provide task name"),
         ({"task": "t", "type": "both"}, "must provide log type (stdout/stderr)"),
-        ({"task": "t", "type": "stdout", "follow": "yes"}, "query parameter follow='yes' is not a valid boolean"),
+        (
+            {"task": "t", "type": "stdout", "follow": "yes"},
+            "query parameter follow='yes' is not a valid boolean",
+        ),
     ],
 )
 def test_logs_refusals(nomad_double: NomadDouble, params: dict[str, str], text: str) -> None:
     client(nomad_double).job.register_job("l", job("l", group("g", 1, task("t", "pass"))))
     alloc = nomad_double.job_allocations("l")[0]
     answer = requests.get(
-        f"{nomad_double.address}/v1/client/fs/logs/{alloc.id}", params=params, headers={"X-Nomad-Token": nomad_double.token}
+        f"{nomad_double.address}/v1/client/fs/logs/{alloc.id}",
+        params=params,
+        headers=auth(nomad_double),
     )
     assert answer.status_code == 400 and text in answer.text
 
@@ -458,13 +614,14 @@ def test_blocking_query_returns_when_the_index_moves(nomad_double: NomadDouble) 
     api = client(nomad_double)
     api.job.register_job("bq", job("bq", group("g", 1, task("t", "import time; time.sleep(0.3)"))))
     first = requests.get(
-        f"{nomad_double.address}/v1/job/bq/allocations", headers={"X-Nomad-Token": nomad_double.token}
+        f"{nomad_double.address}/v1/job/bq/allocations",
+        headers=auth(nomad_double),
     )
     index = int(first.headers["X-Nomad-Index"])
     later = requests.get(
         f"{nomad_double.address}/v1/job/bq/allocations",
         params={"index": str(index), "wait": "5s"},
-        headers={"X-Nomad-Token": nomad_double.token},
+        headers=auth(nomad_double),
         timeout=10,
     )
     assert int(later.headers["X-Nomad-Index"]) > index
@@ -474,9 +631,13 @@ def test_blocking_query_returns_when_the_index_moves(nomad_double: NomadDouble) 
 # -- the double checks itself ----------------------------------------------------------------------
 
 
-def test_a_response_outside_the_description_is_caught(nomad_double: NomadDouble, monkeypatch) -> None:
+def test_a_response_outside_the_description_is_caught(
+    nomad_double: NomadDouble, monkeypatch: pytest.MonkeyPatch
+) -> None:
     real = double_views.job_view
-    monkeypatch.setattr(double_views, "job_view", lambda cluster, record: {**real(cluster, record), "Bogus": 1})
+    monkeypatch.setattr(
+        double_views, "job_view", lambda cluster, record: {**real(cluster, record), "Bogus": 1}
+    )
     api = client(nomad_double)
     api.job.register_job("r", job("r", group("g", 0, task("t", "pass"))))
     api.job.get_job("r")
@@ -492,5 +653,5 @@ def test_an_unimplemented_endpoint_is_501_and_recorded(nomad_double: NomadDouble
 
 
 def test_a_missing_description_is_one_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(SpecMissing, match="NOMAD_OPENAPI_SPEC"):
+    with pytest.raises(SpecMissingError, match="NOMAD_OPENAPI_SPEC"):
         load_spec(tmp_path / "absent.yaml")

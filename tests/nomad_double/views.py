@@ -42,7 +42,12 @@ def summary_view(cluster: Cluster, record: JobRecord) -> dict[str, Any]:
     for alloc in cluster.job_allocations(job["Namespace"], job["ID"]):
         counts = summary.setdefault(alloc.group, dict.fromkeys(next(iter(summary.values()), {}), 0))
         status, _ = alloc.client_status()
-        key = {"pending": "Starting", "running": "Running", "complete": "Complete", "failed": "Failed"}[status]
+        key = {
+            "pending": "Starting",
+            "running": "Running",
+            "complete": "Complete",
+            "failed": "Failed",
+        }[status]
         counts[key] = counts.get(key, 0) + 1
     return {
         "JobID": job["ID"],
