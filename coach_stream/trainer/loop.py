@@ -123,7 +123,10 @@ class Trainer:
         return done
 
     def start(self) -> RunFinished | None:
-        """Resume from the newest trainer state, or announce version 0; None unless finished."""
+        """Resume from the newest trainer state, or announce version 0; None unless finished.
+
+        Raises ``ResumeError`` when versions were announced but no trainer state is stored.
+        """
         newest = self._absorb(self.control.read_to_end(self.settings.control_catchup_s))
         if self.finished is not None:  # restarted after the run ended: nothing to do
             self.last_policy = newest
