@@ -38,6 +38,12 @@ class Allocation:
     desired_status: str = "run"
     desired_description: str = ""
     tasks: dict[str, TaskRunner] = field(default_factory=dict)
+    previous_allocation: str = ""
+    next_allocation: str = ""
+    followup_eval_id: str = ""
+    # Nomad's RescheduleTracker events: PrevAllocID, PrevNodeID, RescheduleTime, Delay (ns).
+    reschedule_events: list[dict[str, Any]] = field(default_factory=list)
+    reschedule_pending: bool = False
 
     @property
     def name(self) -> str:
@@ -114,6 +120,7 @@ class Cluster:
         self.evaluations: dict[str, dict[str, Any]] = {}
         self.variables: dict[tuple[str, str], VariableRecord] = {}
         self.closed = False
+        self._timers: list[threading.Timer] = []
 
     # -- index and waiting ------------------------------------------------------------
 
@@ -203,7 +210,9 @@ class Cluster:
         live = [
             a
             for a in self.allocations.values()
-            if (a.namespace, a.job_id) == key and a.desired_status == "run"
+            if (a.namespace, a.job_id) == key
+            and a.desired_status == "run"
+            and not a.next_allocation
         ]
         groups = {} if record.stopped else {g["Name"]: g for g in job["TaskGroups"]}
         for alloc in live:
@@ -227,7 +236,15 @@ class Cluster:
             for _ in range(count - len(used)):
                 self._place(job, group, next(free), eval_id)
 
-    def _place(self, job: dict[str, Any], group: dict[str, Any], index: int, eval_id: str) -> None:
+    def _place(
+        self,
+        job: dict[str, Any],
+        group: dict[str, Any],
+        index: int,
+        eval_id: str,
+        previous: Allocation | None = None,
+        reschedule_events: list[dict[str, Any]] | None = None,
+    ) -> Allocation:
         alloc_id = new_id()
         created = self.bump()
         alloc = Allocation(
@@ -243,12 +260,15 @@ class Cluster:
             alloc_dir=self.root / "allocs" / alloc_id,
             modify_index=created,
             modify_time=time.time_ns(),
+            previous_allocation=previous.id if previous else "",
+            reschedule_events=reschedule_events or [],
         )
         self.allocations[alloc_id] = alloc
         for task in group["Tasks"]:
             alloc.tasks[task["Name"]] = TaskRunner(self._task_context(alloc, job, group, task))
         for runner in alloc.tasks.values():
             runner.start()
+        return alloc
 
     def _task_context(
         self, alloc: Allocation, job: dict[str, Any], group: dict[str, Any], task: dict[str, Any]
@@ -257,6 +277,7 @@ class Cluster:
             with self.lock:
                 alloc.modify_index = self.bump()
                 alloc.modify_time = time.time_ns()
+                self._maybe_reschedule(alloc)
 
         def sibling_failed(failed_task: str) -> None:
             for name, runner in alloc.tasks.items():
@@ -308,6 +329,64 @@ class Cluster:
         alloc.modify_index = self.bump()
         for runner in alloc.tasks.values():
             runner.kill()
+
+    # -- rescheduling (Nomad's scheduler, for failed allocations) -------------------------------
+
+    def _maybe_reschedule(self, alloc: Allocation) -> None:
+        """A failed, still wanted allocation is replaced per its group's ReschedulePolicy."""
+        if alloc.reschedule_pending or alloc.next_allocation or alloc.desired_status != "run":
+            return
+        if self.closed or alloc.client_status()[0] != "failed":
+            return
+        group = next(g for g in alloc.job["TaskGroups"] if g["Name"] == alloc.group)
+        policy = group.get("ReschedulePolicy")
+        now = time.time_ns()
+        if not policy or not reschedule_eligible(policy, alloc.reschedule_events, now):
+            return
+        delay = next_reschedule_delay(policy, alloc.reschedule_events)
+        alloc.reschedule_pending = True
+        alloc.followup_eval_id = self._evaluation(alloc.job, "alloc-failure")
+        timer = threading.Timer(delay / 1e9, self._reschedule, args=(alloc, now, delay))
+        timer.daemon = True
+        self._timers.append(timer)
+        timer.start()
+
+    def _reschedule(self, alloc: Allocation, failed_at: int, delay: int) -> None:
+        with self.lock:
+            record = self.jobs.get((alloc.namespace, alloc.job_id))
+            if self.closed or record is None or record.stopped or alloc.desired_status != "run":
+                return
+            group = next((g for g in record.job["TaskGroups"] if g["Name"] == alloc.group), None)
+            if group is None:
+                return
+            events = [
+                *alloc.reschedule_events,
+                {
+                    "PrevAllocID": alloc.id,
+                    "PrevNodeID": self.node_id,
+                    "RescheduleTime": failed_at + delay,
+                    "Delay": delay,
+                },
+            ]
+            replacement = self._place(
+                record.job, group, alloc.index, alloc.followup_eval_id, alloc, events
+            )
+            alloc.next_allocation = replacement.id
+            alloc.modify_index = self.bump()
+
+    def stop_allocation(self, alloc: Allocation) -> str:
+        """POST /v1/allocation/{id}/stop: stop it; the scheduler places a replacement."""
+        with self.lock:
+            record = self.jobs.get((alloc.namespace, alloc.job_id))
+            self._stop_alloc(alloc, "alloc is being migrated")
+            if record is None:
+                return ""
+            eval_id = self._evaluation(record.job, "alloc-stop")
+            group = next((g for g in record.job["TaskGroups"] if g["Name"] == alloc.group), None)
+            if group is not None and not record.stopped:
+                replacement = self._place(record.job, group, alloc.index, eval_id, alloc)
+                alloc.next_allocation = replacement.id
+            return eval_id
 
     def scale(self, key: tuple[str, str], group_name: str, count: int) -> str:
         with self.lock:
@@ -363,6 +442,8 @@ class Cluster:
         with self.lock:
             self.closed = True
             self.changed.notify_all()
+            for timer in self._timers:
+                timer.cancel()
             runners = [r for a in self.allocations.values() for r in a.tasks.values()]
         for runner in runners:
             runner.ctx.task["KillTimeout"] = min(runner.ctx.task["KillTimeout"], 1_000_000_000)
@@ -380,3 +461,33 @@ class Cluster:
 
     def remove_files(self) -> None:
         shutil.rmtree(self.root / "allocs", ignore_errors=True)
+
+
+def reschedule_eligible(policy: Mapping[str, Any], events: list[dict[str, Any]], now: int) -> bool:
+    """Nomad's Allocation.RescheduleEligible: unlimited, or fewer attempts in the interval."""
+    if policy.get("Unlimited"):
+        return True
+    attempts = int(policy.get("Attempts") or 0)
+    if attempts <= 0:
+        return False
+    interval = int(policy.get("Interval") or 0)
+    recent = [e for e in events if interval <= 0 or now - e["RescheduleTime"] < interval]
+    return len(recent) < attempts
+
+
+def next_reschedule_delay(policy: Mapping[str, Any], events: list[dict[str, Any]]) -> int:
+    """Nomad's Allocation.NextDelay: constant, exponential or fibonacci, capped by MaxDelay."""
+    delay = int(policy.get("Delay") or 0)
+    if not events:
+        return delay
+    function = policy.get("DelayFunction") or "constant"
+    if function == "exponential":
+        delay = events[-1]["Delay"] * 2
+    elif function == "fibonacci" and len(events) >= 2:
+        delay = events[-1]["Delay"] + events[-2]["Delay"]
+    elif function == "fibonacci":
+        delay = events[-1]["Delay"]
+    max_delay = int(policy.get("MaxDelay") or 0)
+    if max_delay > 0:
+        delay = min(delay, max_delay)
+    return delay

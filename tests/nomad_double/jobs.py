@@ -188,7 +188,11 @@ def canonicalize(job: dict[str, Any], *, namespace: str, region: str) -> dict[st
         }
         resched = reschedule_defaults(job_type)
         if resched is not None:
-            group["ReschedulePolicy"] = {**resched, **(group.get("ReschedulePolicy") or {})}
+            group["ReschedulePolicy"] = {
+                **resched,
+                **(job.get("Reschedule") or {}),
+                **(group.get("ReschedulePolicy") or {}),
+            }
         group.setdefault("EphemeralDisk", {"SizeMB": 300, "Migrate": False, "Sticky": False})
         for task in group["Tasks"]:
             task.setdefault("KillTimeout", 5 * SECOND)

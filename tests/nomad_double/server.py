@@ -504,6 +504,14 @@ class Routes:
                 raise HTTPError(404, "alloc not found")
             return Reply(views.alloc_view(self.cluster, alloc))
 
+    def op_post_allocation_stop(self, alloc_id: str) -> Reply:
+        with self.cluster.lock:
+            alloc = self.cluster.allocations.get(alloc_id)
+            if alloc is None:
+                raise HTTPError(404, "alloc not found")
+            eval_id = self.cluster.stop_allocation(alloc)
+            return Reply({"EvalID": eval_id, "Index": self.cluster.index})
+
     def op_get_allocations(self) -> Reply:
         self._blocking()
         prefix = self.q("prefix")

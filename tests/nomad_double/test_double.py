@@ -16,6 +16,7 @@ from nomad.api import exceptions as nomad_errors
 
 from nomad_double import NomadDouble, SpecMissingError, load_spec
 from nomad_double import views as double_views
+from nomad_double.cluster import next_reschedule_delay, reschedule_eligible
 from nomad_double.fixtures import MakeDouble
 
 SECOND = 1_000_000_000
@@ -245,6 +246,70 @@ def test_exit_0_completes_a_batch_task_but_restarts_a_service_task(
     nomad_double.wait_until(service.terminal, what="service allocation out of attempts")
     assert service.client_status()[0] == "failed"
     assert service.tasks["t"].state["Restarts"] == 1
+
+
+def test_a_failed_allocation_is_rescheduled_per_policy(nomad_double: NomadDouble) -> None:
+    no_restart = {"Attempts": 0, "Interval": 10 * SECOND, "Delay": 0, "Mode": "fail"}
+    reschedule = {"Attempts": 1, "Interval": 3600 * SECOND, "Delay": 50_000_000, "Unlimited": False}
+    crashing = group(
+        "g",
+        1,
+        task("t", "raise SystemExit(1)"),
+        RestartPolicy=no_restart,
+        ReschedulePolicy=reschedule,
+    )
+    api = client(nomad_double)
+    api.job.register_job("rs", job("rs", crashing, job_type="service"))
+
+    def two_failed() -> bool:
+        allocs = nomad_double.job_allocations("rs")
+        return len(allocs) == 2 and all(a.client_status()[0] == "failed" for a in allocs)
+
+    nomad_double.wait_until(two_failed, what="the first allocation and its one replacement failed")
+    first, second = (
+        api.allocation.get_allocation(a.id) for a in nomad_double.job_allocations("rs")
+    )
+    assert first["NextAllocation"] == second["ID"] and second["PreviousAllocation"] == first["ID"]
+    assert first["FollowupEvalID"]
+    assert second["Name"] == first["Name"] == "rs.g[0]"
+    assert [e["PrevAllocID"] for e in second["RescheduleTracker"]["Events"]] == [first["ID"]]
+    assert second["FollowupEvalID"] == ""  # one attempt in the interval, used: no more
+    nomad_double.assert_no_violations()
+
+
+def test_reschedule_delay_functions() -> None:
+    policy = {"Delay": 5, "MaxDelay": 30, "DelayFunction": "exponential"}
+    events: list[dict[str, Any]] = []
+    delays = []
+    for _ in range(5):
+        delay = next_reschedule_delay(policy, events)
+        delays.append(delay)
+        events.append({"Delay": delay, "RescheduleTime": 0})
+    assert delays == [5, 10, 20, 30, 30]
+    fib: list[dict[str, Any]] = []
+    for _ in range(5):
+        fib.append({"Delay": next_reschedule_delay({**policy, "DelayFunction": "fibonacci"}, fib)})
+    assert [e["Delay"] for e in fib] == [5, 5, 10, 15, 25]
+    assert not reschedule_eligible(
+        {"Attempts": 1, "Interval": 100}, [{"RescheduleTime": 50}], now=120
+    )
+    assert reschedule_eligible({"Attempts": 1, "Interval": 100}, [{"RescheduleTime": 10}], now=120)
+    assert reschedule_eligible({"Unlimited": True}, [{"RescheduleTime": 10}] * 9, now=20)
+
+
+def test_stopping_an_allocation_places_a_replacement(nomad_double: NomadDouble) -> None:
+    api = client(nomad_double)
+    api.job.register_job("st", job("st", group("g", 1, task("t", "import time; time.sleep(60)"))))
+    nomad_double.wait_until(lambda: running(nomad_double, "st", 1), what="running")
+    old = nomad_double.allocation("st", "g", 0)
+    assert api.allocation.stop_allocation(old.id)["EvalID"]
+    nomad_double.wait_until(
+        lambda: running(nomad_double, "st", 1) and old.terminal(), what="replaced"
+    )
+    new = nomad_double.allocation("st", "g", 0)
+    assert new.id != old.id and new.previous_allocation == old.id
+    assert (old.desired_status, old.client_status()[0]) == ("stop", "complete")
+    nomad_double.assert_no_violations()
 
 
 # -- scale, deregister ---------------------------------------------------------------------------

@@ -88,7 +88,7 @@ def _task_states(alloc: Allocation) -> dict[str, Any]:
 
 def alloc_stub(cluster: Cluster, alloc: Allocation) -> dict[str, Any]:
     status, description = alloc.client_status()
-    return {
+    stub: dict[str, Any] = {
         "ID": alloc.id,
         "EvalID": alloc.eval_id,
         "Name": alloc.name,
@@ -104,12 +104,21 @@ def alloc_stub(cluster: Cluster, alloc: Allocation) -> dict[str, Any]:
         "ClientStatus": status,
         "ClientDescription": description,
         "TaskStates": _task_states(alloc),
-        "FollowupEvalID": "",
+        "FollowupEvalID": alloc.followup_eval_id,
         "CreateIndex": alloc.create_index,
         "ModifyIndex": alloc.modify_index,
         "CreateTime": alloc.create_time,
         "ModifyTime": alloc.modify_time,
     }
+    if alloc.reschedule_events:
+        # The description's RescheduleEvent has no Delay (Nomad's has): leave it out.
+        stub["RescheduleTracker"] = {
+            "Events": [
+                {k: e[k] for k in ("PrevAllocID", "PrevNodeID", "RescheduleTime")}
+                for e in alloc.reschedule_events
+            ]
+        }
+    return stub
 
 
 def alloc_view(cluster: Cluster, alloc: Allocation) -> dict[str, Any]:
@@ -119,8 +128,8 @@ def alloc_view(cluster: Cluster, alloc: Allocation) -> dict[str, Any]:
         {
             "Job": copy.deepcopy(alloc.job),
             "AllocModifyIndex": alloc.create_index,
-            "PreviousAllocation": "",
-            "NextAllocation": "",
+            "PreviousAllocation": alloc.previous_allocation,
+            "NextAllocation": alloc.next_allocation,
             "DeploymentID": "",
         }
     )
