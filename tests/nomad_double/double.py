@@ -49,6 +49,8 @@ class NomadDouble:
     ``unknown_keys``: ``"reject"`` (default) answers 400 to a request carrying a key Nomad
     would silently ignore; ``"record"`` only records it in ``violations`` (as Nomad, accepting).
     ``host_env``: the host variables tasks inherit (default: PATH, HOME, locale, TMPDIR).
+    ``invalid_job_status``: the status of a register whose job fails Nomad's validation; real
+    Nomad answers 500 (an uncoded RPC error), 400 is there for a test that wants it.
     """
 
     def __init__(
@@ -63,12 +65,14 @@ class NomadDouble:
         node_meta: Mapping[str, str] | None = None,
         host_env: Mapping[str, str] | None = None,
         unknown_keys: str = "reject",
+        invalid_job_status: int = 500,
     ) -> None:
         if unknown_keys not in ("reject", "record"):
             raise ValueError("unknown_keys must be 'reject' or 'record'")
         self.token = token
         self.spec = spec
         self.unknown_keys = unknown_keys
+        self.invalid_job_status = invalid_job_status
         self.namespaces = set(namespaces)
         self.region = region
         self._own_root = root is None

@@ -255,11 +255,10 @@ class Routes:
         token = self.double.token
         if token is None or path.startswith("/status/"):  # Nomad's status endpoints need no token
             return
-        given = self.headers.get("x-nomad-token")
-        if given is None or given == "":
+        # Nomad >= 1.10.1 answers an unknown token like a missing one (before: "ACL token not
+        # found"), so a client cannot tell which tokens exist.
+        if self.headers.get("x-nomad-token") != token:
             raise HTTPError(403, "Permission denied")
-        if given != token:
-            raise HTTPError(403, "ACL token not found")
 
     def _validate_request(self, op: Operation) -> None:
         problems = self.double.spec.check_query(op, self.query)
@@ -349,8 +348,10 @@ class Routes:
             raise HTTPError(400, "Job ID does not match name")
         errors = validate_job(job)
         if errors:
+            # Nomad's Job.Validate errors are uncoded RPC errors, which its HTTP layer answers
+            # with 500 (decode and type errors above are 400): see README.md.
             self.violation("request", "invalid job: " + "; ".join(errors))
-            raise HTTPError(400, format_errors(errors))
+            raise HTTPError(self.double.invalid_job_status, format_errors(errors))
         namespace = job.get("Namespace") or self.q("namespace") or "default"
         if self.q("namespace") and job.get("Namespace") and job["Namespace"] != self.q("namespace"):
             raise HTTPError(400, "mismatched request namespace")

@@ -449,7 +449,7 @@ def test_acl_token_missing_or_wrong_is_403(nomad_double: NomadDouble) -> None:
         client(nomad_double, token="not-the-token").job.register_job(
             "x", job("x", group("g", 1, task("t", "pass")))
         )
-    assert wrong.value.nomad_resp.status_code == 403
+    assert wrong.value.nomad_resp.text == "Permission denied"
     assert nomad_double.jobs == {}
     assert client(nomad_double, token=None).status.leader.get_leader() == "127.0.0.1:4647"
 
@@ -486,6 +486,35 @@ def _driverless() -> dict[str, Any]:
             'Unknown task driver "nope"',
         ),
         (
+            job("x", group("g", 1, task("t", "pass"), RestartPolicy={"Mode": "never"})),
+            "Unsupported restart mode: 'never'",
+        ),
+    ],
+)
+def test_a_job_nomad_refuses_is_500_as_in_nomad_and_registers_nothing(
+    nomad_double: NomadDouble, body: dict[str, Any], message: str
+) -> None:
+    # Nomad's HTTP layer answers its job validation errors (uncoded RPC errors) with 500.
+    with pytest.raises(nomad_errors.BaseNomadException) as refused:
+        client(nomad_double).jobs.register_job(body)
+    assert refused.value.nomad_resp.status_code == 500
+    text = refused.value.nomad_resp.text
+    assert message in text and text.startswith(("1 error occurred:", "2 errors occurred:"))
+    assert nomad_double.jobs == {} and nomad_double.allocations == []
+    assert nomad_double.violations, "an invalid request must be recorded"
+
+
+def test_invalid_job_status_can_be_400(nomad_double_factory: MakeDouble) -> None:
+    double = nomad_double_factory(invalid_job_status=400)
+    with pytest.raises(nomad_errors.BadRequestNomadException) as refused:
+        client(double).jobs.register_job(job("x"))
+    assert "Missing job task groups" in refused.value.nomad_resp.text
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
             job("x", group("g", "2", task("t", "pass"))),  # type: ignore[arg-type]
             "$.Job.TaskGroups[0].Count: '2' is not of type 'integer'",
         ),
@@ -495,17 +524,31 @@ def _driverless() -> dict[str, Any]:
         ),
         (job("x", group("g", 1, task("t", "pass")), type="batch"), "'type' was unexpected"),
         ({"job": job("x", group("g", 1, task("t", "pass")))["Job"]}, "'job' was unexpected"),
+        ({"Job": None}, "$.Job: None is not of type 'object'"),
     ],
 )
-def test_invalid_job_is_400_and_registers_nothing(
+def test_a_body_outside_the_description_is_400_and_registers_nothing(
     nomad_double: NomadDouble, body: dict[str, Any], message: str
 ) -> None:
     with pytest.raises(nomad_errors.BadRequestNomadException) as refused:
         client(nomad_double).jobs.register_job(body)
     assert message in refused.value.nomad_resp.text
-    assert refused.value.nomad_resp.text.startswith(("1 error occurred:", "2 errors occurred:"))
     assert nomad_double.jobs == {} and nomad_double.allocations == []
     assert nomad_double.violations, "an invalid request must be recorded"
+
+
+def test_register_refusals_of_the_http_layer(nomad_double: NomadDouble) -> None:
+    api = client(nomad_double)
+    with pytest.raises(nomad_errors.BadRequestNomadException) as mismatch:
+        api.job.register_job("other", job("x", group("g", 1, task("t", "pass"))))
+    assert mismatch.value.nomad_resp.text == "Job ID does not match name"
+    with pytest.raises(nomad_errors.BadRequestNomadException) as empty:
+        api.jobs.register_job({})
+    assert empty.value.nomad_resp.text == "Job must be specified"
+    garbage = requests.post(
+        f"{nomad_double.address}/v1/jobs", data=b"{", headers=auth(nomad_double)
+    )
+    assert garbage.status_code == 400 and garbage.text.startswith("Request decode failed")
 
 
 def test_unknown_keys_can_be_recorded_instead_of_refused(nomad_double_factory: MakeDouble) -> None:
