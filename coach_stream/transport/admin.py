@@ -19,6 +19,8 @@ from coach_stream.transport import clients
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 
 FOREVER = "-1"
+FIRST_CONTACT_S = 5.0
+"""How long ``ensure_run_topics`` waits for a first answer before calling Kafka unreachable."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,14 @@ def ensure_run_topics(
     plans = plan_run_topics(settings, topics, experience_partitions, experience_retention_ms)
     new = [NewTopic(p.name, p.partitions, replication_factor, config=p.config) for p in plans]
     with clients.admin(settings) as admin:
+        # Ask for metadata first: a broker that is down fails this in FIRST_CONTACT_S with
+        # librdkafka's reason, where a create request would wait out its whole timeout
+        # (and destroying the client then waits for it again).
+        first = min(timeout, FIRST_CONTACT_S)
+        try:
+            admin.list_topics(timeout=first)
+        except KafkaException as exc:
+            raise unreachable(settings, first, exc.args[0]) from exc
         try:
             futures = admin.create_topics(new, operation_timeout=timeout, request_timeout=timeout)
         except KafkaException as exc:
