@@ -3,14 +3,16 @@
 It lives in the tests and is never imported by the package. See README.md beside this file.
 """
 
-from .double import NomadDouble, SpecMissingError, load_spec, spec_path
-from .server import RecordedRequest, Violation
+from .double import NomadDouble, SpecMissingError, check_job, load_spec, spec_path
+from .server import Fault, RecordedRequest, Violation
 
 __all__ = [
+    "Fault",
     "NomadDouble",
     "RecordedRequest",
     "SpecMissingError",
     "Violation",
+    "check_job",
     "load_spec",
     "spec_path",
 ]

@@ -14,8 +14,9 @@ from typing import Any
 
 from .cluster import Allocation, Cluster, JobRecord, VariableRecord
 from .executor import HOST_ENV_KEYS
+from .jobs import validate_job
 from .openapi import OpenAPISpec, default_spec_path
-from .server import RecordedRequest, Violation, serve
+from .server import Fault, RecordedRequest, Violation, serve
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -87,6 +88,7 @@ class NomadDouble:
             host_env=host_env,
             acl_enabled=token is not None,
         )
+        self.faults: list[Fault] = []
         self.violations: list[Violation] = []
         self.requests: list[RecordedRequest] = []
         self._lock = threading.Lock()
@@ -177,6 +179,32 @@ class NomadDouble:
             record = self.cluster.variables.get((namespace, path))
             return None if record is None else dict(record.items)
 
+    def inject_fault(
+        self,
+        *,
+        method: str | None = None,
+        path: str = "/v1/",
+        status: int = 500,
+        text: str = "rpc error: nomad double: injected fault",
+        times: int | None = 1,
+        drop: bool = False,
+    ) -> Fault:
+        """Answer the next ``times`` requests (``None``: all) for ``method`` and a path starting
+        with ``path`` with ``status``/``text``, or close the connection unanswered (``drop``).
+        The request is not executed: nothing changes in the double."""
+        fault = Fault(method, path, status, text, times, drop)
+        with self._lock:
+            self.faults.append(fault)
+        return fault
+
+    def take_fault(self, method: str, path: str) -> Fault | None:
+        with self._lock:
+            for fault in self.faults:
+                if fault.matches(method, path):
+                    fault.hits += 1
+                    return fault
+        return None
+
     def kill_task(self, alloc_id: str, task: str) -> int:
         """SIGKILL the task's main process (``kill -9``); returns the pid killed."""
         return self.cluster.allocations[alloc_id].tasks[task].sigkill()
@@ -220,3 +248,19 @@ class NomadDouble:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def check_job(job: Mapping[str, Any], spec: OpenAPISpec | None = None) -> list[str]:
+    """Everything the double would say about a job (the ``Job`` object, not the request):
+    schema errors, keys Nomad would silently ignore, and Nomad's validation errors.
+
+    ``[]`` means a real Nomad accepts the job as written, every key with its meaning. For a
+    ``--dry-run`` test: ``assert check_job(json.loads(output)["Job"]) == []``.
+    """
+    spec = spec or load_spec(spec_path())
+    problems = spec.check_schema_ref("Job", dict(job))
+    found = [f"{e} (schema)" for e in problems.errors]
+    found += [f"{u} (Nomad would silently ignore it)" for u in problems.unknown]
+    if not problems.errors:
+        found += validate_job(dict(job))
+    return found

@@ -52,6 +52,28 @@ class RecordedRequest:
     status: int
 
 
+class DropConnection(Exception):  # noqa: N818 - a control-flow signal, not an error
+    """Close the connection without answering (a fault injected with ``drop=True``)."""
+
+
+@dataclass
+class Fault:
+    """An injected failure: requests matching method and path prefix get it ``times`` times."""
+
+    method: str | None
+    path: str
+    status: int
+    text: str
+    times: int | None
+    drop: bool
+    hits: int = 0
+
+    def matches(self, method: str, path: str) -> bool:
+        if self.times is not None and self.hits >= self.times:
+            return False
+        return (self.method is None or self.method == method) and path.startswith(self.path)
+
+
 class HTTPError(Exception):
     def __init__(self, status: int, text: str, body: Any = None) -> None:
         super().__init__(text)
@@ -119,6 +141,11 @@ class Handler(BaseHTTPRequestHandler):
                     body = json.loads(raw)
                 except ValueError as error:
                     raise HTTPError(400, f"Request decode failed: {error}") from error
+            fault = double.take_fault(method, url.path)
+            if fault is not None:
+                if fault.drop:
+                    raise DropConnection
+                raise HTTPError(fault.status, fault.text)
             reply = Routes(
                 double, method, url.path, query, body, dict(self.headers.items())
             ).dispatch()
@@ -130,6 +157,9 @@ class Handler(BaseHTTPRequestHandler):
                 self._send(Reply(error.body, error.status))
             else:
                 self._send_text(error.status, error.text)
+        except DropConnection:
+            status = 0
+            self.close_connection = True
         except BrokenPipeError:
             pass
         except Exception as error:  # a bug in the double: answer like Nomad's 500, and record it

@@ -14,7 +14,7 @@ import pytest
 import requests
 from nomad.api import exceptions as nomad_errors
 
-from nomad_double import NomadDouble, SpecMissingError, load_spec
+from nomad_double import NomadDouble, SpecMissingError, check_job, load_spec
 from nomad_double import views as double_views
 from nomad_double.cluster import next_reschedule_delay, reschedule_eligible
 from nomad_double.fixtures import MakeDouble
@@ -763,3 +763,34 @@ def test_an_unimplemented_endpoint_is_501_and_recorded(nomad_double: NomadDouble
 def test_a_missing_description_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(SpecMissingError, match="NOMAD_OPENAPI_SPEC"):
         load_spec(tmp_path / "absent.yaml")
+
+
+# -- helpers for the orchestrator's tests ---------------------------------------------------------
+
+
+def test_injected_faults_answer_instead_of_the_double(nomad_double: NomadDouble) -> None:
+    api = client(nomad_double)
+    fault = nomad_double.inject_fault(method="POST", path="/v1/job", status=500, text="boom")
+    with pytest.raises(nomad_errors.BaseNomadException) as failed:
+        api.job.register_job("f", job("f", group("g", 0, task("t", "pass"))))
+    assert (failed.value.nomad_resp.status_code, failed.value.nomad_resp.text) == (500, "boom")
+    assert fault.hits == 1 and nomad_double.jobs == {}  # the request was not executed
+    api.job.register_job("f", job("f", group("g", 0, task("t", "pass"))))  # times=1: spent
+    assert list(nomad_double.jobs) == ["f"]
+
+    nomad_double.inject_fault(path="/v1/jobs", drop=True)
+    with pytest.raises(nomad_errors.BaseNomadException) as dropped:
+        api.jobs.get_jobs()
+    assert isinstance(dropped.value.nomad_resp, requests.exceptions.ConnectionError)
+
+
+def test_check_job_names_every_problem_of_a_job() -> None:
+    good = job("coach-stream-r1", group("trainer", 1, task("trainer", "pass")))["Job"]
+    assert check_job(good) == []
+    typo = job("x", group("g", 1, task("t", "pass", Resources={"CPU": 100, "Memory": 256})))["Job"]
+    assert check_job(typo) == [
+        "$.TaskGroups[0].Tasks[0].Resources: Additional properties are not allowed"
+        " ('Memory' was unexpected) (Nomad would silently ignore it)"
+    ]
+    assert check_job({"ID": "x", "TaskGroups": []}) == ["Missing job task groups"]
+    assert check_job({"ID": 3})[0] == "$.ID: 3 is not of type 'string' (schema)"
