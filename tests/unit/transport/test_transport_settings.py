@@ -33,6 +33,7 @@ def test_producer_config_keeps_the_delivery_guarantees() -> None:
     ).producer_config()
     assert config["enable.idempotence"] is True
     assert config["acks"] == "all"
+    assert config["partitioner"] == "consistent_random"  # transport.tail recomputes it
     assert config["compression.type"] == "zstd"
     assert config["linger.ms"] == 7
     assert config["socket.keepalive.enable"] == "true"
@@ -46,7 +47,7 @@ def test_consumer_config_turns_auto_commit_off() -> None:
     assert int(config["max.partition.fetch.bytes"]) >= 16 * 1024 * 1024
 
 
-@pytest.mark.parametrize("key", ["acks", "enable.idempotence", "enable.auto.commit"])
+@pytest.mark.parametrize("key", ["acks", "enable.idempotence", "enable.auto.commit", "partitioner"])
 def test_extra_cannot_weaken_guarantees(key: str) -> None:
     with pytest.raises(ValidationError, match="fixed by coach_stream"):
         KafkaSettings(bootstrap_servers="h:9092", extra={key: "0"})
