@@ -1,0 +1,162 @@
+"""The chunker with hand-made steps: every column of every chunk, value and dtype.
+
+Two envs and T = 3, driven step by step so each chunk's content is known exactly: an
+episode that terminates with SAME_STEP autoreset info, one truncated without it, a full
+chunk, a chunk in the middle of an episode and what ``flush`` leaves.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from coach_stream.core import Action, ExperienceChunk
+from coach_stream.rollout.chunker import Chunker
+
+FINAL = np.array([200, 201], np.uint8)  # env 0's terminal observation (before its reset)
+
+
+def obs(k: int) -> np.ndarray:
+    """Both envs' observations after step k (uint8, so a stray float or None shows)."""
+    return np.array([[k, 100 + k], [50 + k, 150 + k]], np.uint8)
+
+
+def action(k: int) -> Action:
+    return Action(
+        np.array([k, 10 + k], np.int64),
+        np.array([-0.5 * k, -0.25 * k], np.float32),
+        np.array([k, -k], np.float32),
+    )
+
+
+def rewards(k: int) -> np.ndarray:
+    return np.array([k, 2 * k], np.float32)
+
+
+def run(behaviour: bool = True) -> tuple[Chunker, list[ExperienceChunk], list[ExperienceChunk]]:
+    """Five steps, then a flush; returns the chunks of the steps and of the flush apart."""
+    chunker = Chunker("run-a", 4, 2, 3, (2,), np.dtype(np.uint8), behaviour=behaviour)
+    chunker.start(obs(0), version=7)
+    no = np.zeros(2, bool)
+    env0, env1 = np.array([True, False]), np.array([False, True])
+    autoreset: dict[str, Any] = {
+        "final_obs": np.array([FINAL, None], dtype=object),
+        "_final_obs": env0,
+    }
+    steps = {  # k: (terminated, truncated, infos)
+        1: (no, no, {}),
+        2: (env0, no, autoreset),  # env 0 terminates; its final observation is in infos
+        3: (no, no, {}),  # env 1 has 3 steps: a full chunk
+        4: (no, env1, {}),  # env 1 is truncated, no final observation given
+        5: (no, no, {}),  # env 0 has 3 steps again
+    }
+    chunks: list[ExperienceChunk] = []
+    for k, (terminated, truncated, infos) in steps.items():
+        chunks += chunker.add(action(k), rewards(k), terminated, truncated, obs(k), infos)
+    return chunker, chunks, chunker.flush()
+
+
+def rows(env: int, ks: list[int]) -> np.ndarray:
+    return np.stack([obs(k)[env] for k in ks])
+
+
+def test_each_chunk_holds_exactly_its_steps() -> None:
+    before_ms = int(time.time() * 1000)
+    chunker, chunks, flushed = run()
+    after_ms = int(time.time() * 1000)
+    assert [(c.env_index, c.chunk_seq, c.num_steps) for c in chunks] == [
+        (0, 0, 2),
+        (1, 0, 3),
+        (1, 1, 1),
+        (0, 1, 3),
+    ]
+    ended0, full1, truncated1, full0 = chunks
+
+    # Env 0's first episode: the bootstrap row is the terminal observation from infos.
+    np.testing.assert_array_equal(ended0.observations, np.vstack([rows(0, [0, 1]), FINAL]))
+    np.testing.assert_array_equal(ended0.actions, [1, 2])
+    np.testing.assert_array_equal(ended0.rewards, [1, 2])
+    np.testing.assert_array_equal(ended0.terminated, [False, True])
+    np.testing.assert_array_equal(ended0.truncated, [False, False])
+    np.testing.assert_array_equal(ended0.log_probs, [-0.5, -1.0])
+    np.testing.assert_array_equal(ended0.values, [1, 2])
+    assert (ended0.first_step, ended0.episode_return, ended0.episode_length) == (0, 3.0, 2)
+
+    # Env 1's full chunk: cut at T, bootstrapped with the next observation, episode open.
+    np.testing.assert_array_equal(full1.observations, rows(1, [0, 1, 2, 3]))
+    np.testing.assert_array_equal(full1.actions, [11, 12, 13])
+    np.testing.assert_array_equal(full1.log_probs, [-0.25, -0.5, -0.75])
+    np.testing.assert_array_equal(full1.values, [-1, -2, -3])
+    assert (full1.first_step, full1.episode_return, full1.episode_length) == (0, None, None)
+
+    # Env 1's episode goes on into its next chunk and ends truncated (no final_obs given).
+    np.testing.assert_array_equal(truncated1.observations, rows(1, [3, 4]))
+    np.testing.assert_array_equal(truncated1.truncated, [True])
+    np.testing.assert_array_equal(truncated1.terminated, [False])
+    assert truncated1.first_step == 3
+    assert (truncated1.episode_return, truncated1.episode_length) == (20.0, 4)
+
+    # Env 0's second episode starts at step 0 again, from the reset observation.
+    np.testing.assert_array_equal(full0.observations, rows(0, [2, 3, 4, 5]))
+    assert (full0.first_step, full0.episode_return) == (0, None)
+
+    # The flush emits only env 1's one open step; env 0 has none.
+    assert [(c.env_index, c.chunk_seq, c.num_steps) for c in flushed] == [(1, 2, 1)]
+    np.testing.assert_array_equal(flushed[0].observations, rows(1, [4, 5]))
+    assert (flushed[0].first_step, flushed[0].episode_return) == (0, None)
+    assert flushed[0].episode_length is None
+    assert chunker.flush() == []  # nothing is open any more
+    assert chunker.episodes == 2
+
+    for chunk in [*chunks, *flushed]:
+        assert (chunk.run_id, chunk.worker_id, chunk.policy_version) == ("run-a", 4, 7)
+        assert before_ms <= chunk.created_at_ms <= after_ms
+        assert chunk.observations.dtype == np.uint8
+        assert chunk.actions.dtype == np.int64
+        assert chunk.rewards.dtype == np.float32
+        assert chunk.terminated.dtype == chunk.truncated.dtype == np.bool_
+        assert chunk.log_probs is not None and chunk.log_probs.dtype == np.float32
+        assert chunk.values is not None and chunk.values.dtype == np.float32
+
+
+def test_without_behaviour_columns_there_are_none() -> None:
+    _chunker, chunks, flushed = run(behaviour=False)
+    assert len(chunks) == 4 and len(flushed) == 1
+    assert all(c.log_probs is None and c.values is None for c in [*chunks, *flushed])
+
+
+def test_chunk_seqs_beyond_float_precision_continue_exactly() -> None:
+    # A float64 counter would round 2**60 + 1; chunk_seq is a 64-bit integer on the wire.
+    chunker = Chunker("r", 0, 2, 1, (2,), np.dtype(np.uint8), behaviour=False)
+    chunker.start(obs(0), version=0, next_seqs=[2**60 + 1, 3])
+    no = np.zeros(2, bool)
+    chunks = chunker.add(action(1), rewards(1), no, no, obs(1), {})
+    assert [c.chunk_seq for c in chunks] == [2**60 + 1, 3]
+
+
+def test_start_begins_a_new_episode_in_every_env() -> None:
+    chunker = Chunker("r", 0, 2, 3, (2,), np.dtype(np.uint8), behaviour=False)
+    chunker.start(obs(0), version=1)
+    no = np.zeros(2, bool)
+    chunker.add(action(1), rewards(1), no, no, obs(1), {})
+    flushed = chunker.flush()
+    chunker.start(obs(9), version=2)
+    chunks = chunker.add(action(2), rewards(2), np.ones(2, bool), no, obs(10), {})
+    assert [c.first_step for c in chunks] == [0, 0]
+    assert [c.episode_return for c in chunks] == [2.0, 4.0]  # the old episode's reward is gone
+    assert [c.chunk_seq for c in chunks] == [c.chunk_seq + 1 for c in flushed]
+    np.testing.assert_array_equal(np.stack([c.observations[0] for c in chunks]), obs(9))
+    assert chunker.last_obs is not None
+    np.testing.assert_array_equal(chunker.last_obs, obs(10))
+
+
+def test_a_chunker_before_start_refuses_to_add() -> None:
+    chunker = Chunker("r", 0, 2, 3, (2,), np.dtype(np.uint8), behaviour=False)
+    no = np.zeros(2, bool)
+    with pytest.raises(RuntimeError, match=r"Chunker used before start\(\)"):
+        chunker.add(action(1), rewards(1), no, no, obs(1), {})
+    with pytest.raises(RuntimeError, match=r"call start\(obs, version\) first"):
+        _ = chunker.last_obs
