@@ -17,7 +17,8 @@ from nomad.api import exceptions as nomad_errors
 from nomad_double import NomadDouble, SpecMissingError, check_job, load_spec
 from nomad_double import views as double_views
 from nomad_double.cluster import next_reschedule_delay, reschedule_eligible
-from nomad_double.fixtures import MakeDouble
+from nomad_double.double import REPO_ROOT, spec_path
+from nomad_double.fixtures import MakeDouble, spec_or_skip
 
 SECOND = 1_000_000_000
 FAST_RESTART = {"Attempts": 1, "Interval": 10 * SECOND, "Delay": 50_000_000, "Mode": "fail"}
@@ -794,3 +795,22 @@ def test_check_job_names_every_problem_of_a_job() -> None:
     ]
     assert check_job({"ID": "x", "TaskGroups": []}) == ["Missing job task groups"]
     assert check_job({"ID": 3})[0] == "$.ID: 3 is not of type 'string' (schema)"
+
+
+def test_a_missing_description_skips_or_fails_when_services_are_required(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("NOMAD_OPENAPI_SPEC", str(tmp_path / "absent.yaml"))
+    monkeypatch.delenv("COACH_STREAM_REQUIRE_SERVICES", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="NOMAD_OPENAPI_SPEC"):
+        spec_or_skip()
+    monkeypatch.setenv("COACH_STREAM_REQUIRE_SERVICES", "1")
+    with pytest.raises(pytest.fail.Exception, match="COACH_STREAM_REQUIRE_SERVICES=1"):
+        spec_or_skip()
+
+
+def test_a_relative_description_path_is_resolved_from_the_repository(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("NOMAD_OPENAPI_SPEC", "../shared/reference/nomad-openapi-v1.yaml")
+    assert spec_path() == (REPO_ROOT.parent / "shared/reference/nomad-openapi-v1.yaml").resolve()
