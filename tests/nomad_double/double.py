@@ -212,19 +212,27 @@ class NomadDouble:
     def wait_until(
         self, predicate: Callable[[], Any], timeout: float = 10.0, what: str = ""
     ) -> Any:
-        """Wait on the double's change notifications (never a blind sleep) until ``predicate``."""
+        """Wait on the double's change notifications (never a blind sleep) until ``predicate``.
+
+        The predicate runs without the double's lock, so it may call the double over HTTP
+        (python-nomad) as well as read its state. Log output is not a state change: a
+        predicate on ``logs()`` is re-checked at least every 0.2 s.
+        """
         deadline = time.monotonic() + timeout
-        with self.cluster.lock:
-            while True:
-                value = predicate()
-                if value:
-                    return value
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(
-                        f"nomad double: timed out after {timeout} s waiting for {what or predicate}"
-                    )
-                self.cluster.changed.wait(min(left, 0.5))
+        while True:
+            with self.cluster.lock:
+                seen = self.cluster.index
+            value = predicate()
+            if value:
+                return value
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(
+                    f"nomad double: timed out after {timeout} s waiting for {what or predicate}"
+                )
+            with self.cluster.lock:
+                if self.cluster.index == seen:
+                    self.cluster.changed.wait(min(left, 0.2))
 
     def stop(self) -> list[int]:
         """Kill every process the double started and stop the server.

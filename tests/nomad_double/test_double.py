@@ -814,3 +814,12 @@ def test_a_relative_description_path_is_resolved_from_the_repository(
 ) -> None:
     monkeypatch.setenv("NOMAD_OPENAPI_SPEC", "../shared/reference/nomad-openapi-v1.yaml")
     assert spec_path() == (REPO_ROOT.parent / "shared/reference/nomad-openapi-v1.yaml").resolve()
+
+
+def test_wait_until_may_call_the_double_over_http(nomad_double: NomadDouble) -> None:
+    api = client(nomad_double)
+    api.job.register_job("h", job("h", group("g", 1, task("t", "import time; time.sleep(60)"))))
+    status = nomad_double.wait_until(
+        lambda: api.job.get_job("h")["Status"] == "running" and "running", what="running via API"
+    )
+    assert status == "running"
