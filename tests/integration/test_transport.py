@@ -456,7 +456,7 @@ def test_keys_land_on_the_partition_the_tail_search_computes(
             producer.produce(key, b"x")
     consumer = Consumer(settings.consumer_config(f"where-{uuid.uuid4().hex}"))
     consumer.assign([TopicPartition(topics.experience, p, 0) for p in range(PARTITIONS)])
-    landed: dict[bytes, int] = {}
+    landed: dict[bytes | None, int | None] = {}
     try:
         while len(landed) < len(keys):
             batch = consumer.consume(len(keys) - len(landed), timeout=10)
