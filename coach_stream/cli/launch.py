@@ -161,6 +161,9 @@ def launch(
     from coach_stream.transport.clients import log as librdkafka_log
 
     librdkafka_log.disabled = True
+    # A launcher killed with SIGTERM (a CI timeout, `kill`) stops its run like Ctrl-C does,
+    # from the start: while the run starts, it is undone (`_start`), so nothing is orphaned.
+    signal.signal(signal.SIGTERM, _interrupt)
     plan = _plan(
         preset, workers, run_id, checkpoints, kafka, gcs_emulator, seed, overrides, state_dir
     )
@@ -251,10 +254,12 @@ def _start(orchestrator: LocalOrchestrator, plan: _LaunchPlan) -> None:
     try:
         prepare_topics(plan.settings)
         orchestrator.submit(build_run_spec(plan.settings))
-    except BaseException:
+    except BaseException as error:
         if orchestrator.run_dir(plan.settings.run_id).exists():
             orchestrator.stop(plan.settings.run_id)  # whatever its supervisor had started
         discard_launch(plan.settings, orchestrator.state_dir)
+        if isinstance(error, KeyboardInterrupt):
+            Console(stderr=True).print(f"stopped run {plan.settings.run_id} before it started")
         raise
 
 
@@ -317,8 +322,6 @@ def _follow_interruptible(
     update: UpdateCallback,
     timeout: float | None,
 ) -> RunOutcome:
-    # A launcher killed with SIGTERM (a CI timeout, `kill`) stops its run like Ctrl-C does.
-    signal.signal(signal.SIGTERM, _interrupt)
     try:
         return follow(
             orchestrator,

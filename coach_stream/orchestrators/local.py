@@ -34,6 +34,18 @@ from coach_stream.orchestrators.state import (
 from coach_stream.processes import popen_detached, tail, terminate_groups
 
 
+def _end_supervisor(process: subprocess.Popen[bytes], grace_s: float) -> None:
+    """SIGTERM a starting supervisor (it stops every task it started), SIGKILL if it hangs."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 class LocalOrchestrator:
     """Implements ``core.Orchestrator`` with local processes; state lives in ``state_dir``."""
 
@@ -83,14 +95,21 @@ class LocalOrchestrator:
         with run_dir.supervisor_log.open("ab") as log:
             process = popen_detached(argv, log)
         self._supervisors[spec.run_id] = process
+        try:
+            self._wait_started(run_dir, process)
+        except BaseException:
+            # Interrupted (Ctrl-C, SIGTERM) or the supervisor hung: its pid is not in
+            # run.json yet, so `stop` could not reach it; end it here, or it would go on to
+            # start tasks that nobody stops.
+            _end_supervisor(process, self._config.stop_grace_s + 15.0)
+            raise
+
+    def _wait_started(self, run_dir: RunDirectory, process: subprocess.Popen[bytes]) -> None:
         deadline = time.monotonic() + self._start_timeout_s
         while run_dir.read().state is RunState.STARTING:
             if process.poll() is not None or time.monotonic() > deadline:
-                if process.poll() is None:
-                    process.kill()
-                    process.wait()
                 raise OrchestratorError(
-                    f"The supervisor of run {spec.run_id!r} did not start its tasks "
+                    f"The supervisor of run {run_dir.run_id!r} did not start its tasks "
                     f"({tail(run_dir.supervisor_log, 5)!r}); see {run_dir.supervisor_log}."
                 )
             time.sleep(0.05)

@@ -61,18 +61,20 @@ class Workspace:
         return sorted(p.name for p in runs.iterdir()) if runs.is_dir() else []
 
 
-def processes_mentioning(text: str) -> list[int]:
-    """Pids whose command line contains ``text`` (a run id), other than this test's own."""
+def processes_mentioning(text: str) -> list[str]:
+    """``"<pid> <command line>"`` of each live process whose command line contains ``text``
+    (a run id), other than this test's own; zombies are not counted (their parent reaps)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
+            state = (entry / "stat").read_text().rpartition(")")[2].split()[0]
+        except (OSError, IndexError):
             continue
-        if text in cmdline:
-            found.append(int(entry.name))
+        if text in cmdline and state != "Z":
+            found.append(f"{entry.name} {cmdline.strip()}")
     return found
 
 
