@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from coach_stream.core import Mode
 from coach_stream.errors import ConfigError
@@ -132,11 +139,26 @@ class Preset(_Frozen):
     env_step_budget: int = Field(ge=1)
     """The run ends (unsolved) after the trainer has consumed this many env steps."""
     seed: int = Field(default=1, ge=0)
+    experience_retention: str = "forever"
+    """How long the experience topic keeps its data (``launch --experience-retention``):
+    ``forever``, a time (``7d``), a size per partition (``50GiB``) or both (``30d,100GiB``).
+    Applied when the topic is created; see docs/replay.md for what happens when it runs out."""
     network: NetworkConfig = Field(default_factory=NetworkConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     ppo: PPOConfig | None = None
     dqn: DQNConfig | None = None
+
+    @field_validator("experience_retention")
+    @classmethod
+    def _retention_parses(cls, value: str) -> str:
+        from coach_stream.replay.retention import parse_retention  # no Kafka import up front
+
+        try:
+            parse_retention(value)
+        except ConfigError as error:
+            raise ValueError(str(error).removesuffix(".")) from None
+        return value
 
     @model_validator(mode="after")
     def _algorithm_matches(self) -> Preset:

@@ -31,6 +31,7 @@ from coach_stream.codec import ChunkSpec
 from coach_stream.envs import SeedRole, probe_shape, process_seed
 from coach_stream.errors import ConfigError
 from coach_stream.events import JsonLines
+from coach_stream.replay.retention import parse_retention
 from coach_stream.trainer.loop import Trainer
 from coach_stream.transport.admin import ensure_run_topics
 from coach_stream.transport.control import KafkaControlPublisher, KafkaControlSubscriber
@@ -70,7 +71,14 @@ def train(
     config = load_run_preset(preset, seed, overrides)
     settings = kafka_settings(kafka)
     topics = RunTopics.for_run(run_id, settings.topic_prefix)
-    ensure_run_topics(settings, topics, experience_partitions=workers)
+    retention = parse_retention(config.experience_retention)
+    ensure_run_topics(
+        settings,
+        topics,
+        experience_partitions=workers,
+        experience_retention_ms=retention.ms,
+        experience_retention_bytes=retention.bytes,
+    )
     store = open_store(checkpoint_url(checkpoints), gcs_emulator_host=gcs_emulator)
     group = f"{settings.topic_prefix}.{run_id}.trainer"
     shape = probe_shape(config.env_id)

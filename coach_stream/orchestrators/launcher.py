@@ -73,18 +73,28 @@ class RunOutcome:
         return str(uri) if uri is not None else None
 
 
-def prepare_topics(settings: LaunchSettings, broker_timeout_s: float = 10.0) -> None:
+def prepare_topics(
+    settings: LaunchSettings, broker_timeout_s: float = 10.0, experience_retention: str = "forever"
+) -> None:
     """Create the run's topics (idempotent; the trainer would too) before any task starts.
 
     Doing it here turns an unreachable broker into one clear error at launch instead of
     N crash-looping processes.
     """
+    from coach_stream.replay.retention import parse_retention
     from coach_stream.transport.admin import check_broker, ensure_run_topics
     from coach_stream.transport.settings import KafkaSettings, RunTopics
 
     kafka = KafkaSettings(bootstrap_servers=settings.kafka_bootstrap)
     check_broker(kafka, timeout=broker_timeout_s)
-    ensure_run_topics(kafka, RunTopics.for_run(settings.run_id), settings.workers)
+    retention = parse_retention(experience_retention)
+    ensure_run_topics(
+        kafka,
+        RunTopics.for_run(settings.run_id),
+        settings.workers,
+        experience_retention_ms=retention.ms,
+        experience_retention_bytes=retention.bytes,
+    )
 
 
 def validate_launch(settings: LaunchSettings, env_id: str, timeout_s: float = 5.0) -> None:

@@ -293,7 +293,7 @@ def decode_columns(values: list[bytes]) -> tuple[ChunkColumns | None, _BOOL]:
     for name in ("terminated", "truncated"):
         code, ndim, _, dims = fields[name]
         p.ok &= (code == boolean) & (ndim == 1) & (dims[:, 0] == steps)
-    for name, (present, (code, ndim, _, dims)) in optional.items():
+    for present, (code, ndim, _, dims) in optional.values():
         p.ok &= ~present | ((code == float32) & (ndim == 1) & (dims[:, 0] == steps))
     obs_code, obs_ndim, _obs_start, obs_dims = fields["obs"]
     p.ok &= (obs_ndim >= 1) & (obs_dims[:, 0] == steps + 1)

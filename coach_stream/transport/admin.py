@@ -89,6 +89,7 @@ def plan_run_topics(
     topics: RunTopics,
     experience_partitions: int,
     experience_retention_ms: int = -1,
+    experience_retention_bytes: int = -1,
 ) -> list[TopicPlan]:
     """The explicit partitions and configs of a run's three topics."""
     if experience_partitions < 1:
@@ -106,7 +107,11 @@ def plan_run_topics(
         TopicPlan(
             topics.experience,
             experience_partitions,
-            {**common, "retention.ms": str(experience_retention_ms), "retention.bytes": FOREVER},
+            {
+                **common,
+                "retention.ms": str(experience_retention_ms),
+                "retention.bytes": str(experience_retention_bytes),
+            },
         ),
         TopicPlan(
             topics.control, 1, {**common, "retention.ms": FOREVER, "retention.bytes": FOREVER}
@@ -123,6 +128,7 @@ def ensure_run_topics(
     experience_partitions: int,
     *,
     experience_retention_ms: int = -1,
+    experience_retention_bytes: int = -1,
     replication_factor: int = -1,
     timeout: float = 30.0,
 ) -> None:
@@ -131,7 +137,9 @@ def ensure_run_topics(
     Existing topics are kept as they are, except that a control or dead-letter topic
     with more than one partition is refused: control messages must stay totally ordered.
     """
-    plans = plan_run_topics(settings, topics, experience_partitions, experience_retention_ms)
+    plans = plan_run_topics(
+        settings, topics, experience_partitions, experience_retention_ms, experience_retention_bytes
+    )
     new = [NewTopic(p.name, p.partitions, replication_factor, config=p.config) for p in plans]
     with clients.admin(settings) as admin:
         # Ask for metadata first: a broker that is down fails this in FIRST_CONTACT_S with
