@@ -146,6 +146,12 @@ def launch(
         None, "--timeout", min=0.0, help="Stop the run after this many seconds."
     ),
     state_dir: Path = StateDirOption,
+    experience_retention: str | None = typer.Option(
+        None,
+        "--experience-retention",
+        help="How long the experience topic keeps data: forever, 7d, 50GiB, 30d,100GiB "
+        "(default: the preset's experience_retention).",
+    ),
 ) -> None:
     """Start a trainer, N rollout workers and an evaluator, and follow them to the end.
 
@@ -164,6 +170,8 @@ def launch(
     # A launcher killed with SIGTERM (a CI timeout, `kill`) stops its run like Ctrl-C does,
     # from the start: while the run starts, it is undone (`_start`), so nothing is orphaned.
     signal.signal(signal.SIGTERM, _interrupt)
+    if experience_retention is not None:  # a preset override, so every task sees it too
+        overrides = [*overrides, f"experience_retention={experience_retention}"]
     plan = _plan(
         preset, workers, run_id, checkpoints, kafka, gcs_emulator, seed, overrides, state_dir
     )
@@ -252,7 +260,7 @@ def _check_run_free(orchestrator: LocalOrchestrator, plan: _LaunchPlan) -> None:
 def _start(orchestrator: LocalOrchestrator, plan: _LaunchPlan) -> None:
     """Create the run's topics and start its supervisor; a failure leaves nothing behind."""
     try:
-        prepare_topics(plan.settings)
+        prepare_topics(plan.settings, experience_retention=plan.preset.experience_retention)
         orchestrator.submit(build_run_spec(plan.settings))
     except BaseException as error:
         if orchestrator.run_dir(plan.settings.run_id).exists():
