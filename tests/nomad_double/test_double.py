@@ -823,3 +823,95 @@ def test_wait_until_may_call_the_double_over_http(nomad_double: NomadDouble) -> 
         lambda: api.job.get_job("h")["Status"] == "running" and "running", what="running via API"
     )
     assert status == "running"
+
+
+def test_a_coach_stream_shaped_job_is_accepted_and_runs(nomad_double: NomadDouble) -> None:
+    """The blocks issue 10 asks the orchestrator for: all valid, all kept, tasks run."""
+    creds = {
+        "EmbeddedTmpl": (
+            '{{ with nomadVar "nomad/jobs/coach-stream-full" }}'
+            "KAFKA_SASL_PASSWORD={{ .kafka_password }}\n{{ end }}"
+        ),
+        "DestPath": "secrets/creds.env",
+        "Envvars": True,
+        "ChangeMode": "restart",
+    }
+    restart = {"Attempts": 2, "Interval": 300 * SECOND, "Delay": 100_000_000, "Mode": "fail"}
+    reschedule = {
+        "Attempts": 3,
+        "Interval": 3600 * SECOND,
+        "Delay": SECOND,
+        "DelayFunction": "exponential",
+        "MaxDelay": 60 * SECOND,
+        "Unlimited": False,
+    }
+
+    def role(name: str, count: int, resources: dict[str, Any], **extra: Any) -> dict[str, Any]:
+        code = "import os, time; print(os.environ['KAFKA_BOOTSTRAP'], flush=True); time.sleep(60)"
+        the_task = task(
+            name,
+            code,
+            Env={"KAFKA_BOOTSTRAP": "kafka:9092", "COACH_STREAM_WORKER": "${NOMAD_ALLOC_INDEX}"},
+            Resources=resources,
+            Templates=[creds],
+            KillSignal="SIGTERM",
+            KillTimeout=2 * SECOND,
+            LogConfig={"MaxFiles": 3, "MaxFileSizeMB": 5},
+        )
+        return group(
+            name,
+            count,
+            the_task,
+            RestartPolicy=restart,
+            ReschedulePolicy=reschedule,
+            Meta={"role": name},
+            **extra,
+        )
+
+    body = job(
+        "coach-stream-full",
+        role(
+            "trainer",
+            1,
+            {"CPU": 2000, "MemoryMB": 4096, "Devices": [{"Name": "nvidia/gpu", "Count": 1}]},
+        ),
+        role(
+            "rollout",
+            2,
+            {"CPU": 500, "MemoryMB": 512},
+            Spreads=[{"Attribute": "${node.unique.id}", "Weight": 100}],
+            Scaling={"Min": 1, "Max": 16, "Enabled": False},
+        ),
+        role("evaluator", 1, {"CPU": 500, "MemoryMB": 512}),
+        job_type="batch",
+        Name="coach-stream-full",
+        Meta={"run_id": "full", "preset": "cartpole-ppo"},
+        Priority=60,
+    )
+    assert check_job(body["Job"]) == []
+    api = client(nomad_double)
+    api.variable.create_variable(
+        "nomad/jobs/coach-stream-full", {"Items": {"kafka_password": "pw"}}
+    )
+    api.job.register_job("coach-stream-full", body)
+    nomad_double.wait_until(lambda: running(nomad_double, "coach-stream-full", 4), what="4 running")
+    stored = api.job.get_job("coach-stream-full")
+    trainer = next(g for g in stored["TaskGroups"] if g["Name"] == "trainer")
+    assert trainer["Tasks"][0]["Resources"]["Devices"] == [{"Name": "nvidia/gpu", "Count": 1}]
+    assert trainer["ReschedulePolicy"] == reschedule and trainer["RestartPolicy"] == restart
+    over_max = {"Count": 17, "Target": {"Group": "rollout"}}
+    with pytest.raises(nomad_errors.BadRequestNomadException):
+        api.job.request("coach-stream-full", "scale", json=over_max, method="post")
+    nomad_double.assert_no_violations()
+
+
+def test_scaling_beyond_the_scaling_block_is_refused(nomad_double: NomadDouble) -> None:
+    rollout = group("rollout", 1, task("t", "pass"), Scaling={"Min": 1, "Max": 2, "Enabled": False})
+    client(nomad_double).job.register_job("m", job("m", rollout))
+    for count, text in ((3, "greater than scaling policy maximum: 3 > 2"), (0, "less than")):
+        answer = requests.post(
+            f"{nomad_double.address}/v1/job/m/scale",
+            json={"Count": count, "Target": {"Group": "rollout"}},
+            headers=auth(nomad_double),
+        )
+        assert answer.status_code == 400 and text in answer.text
