@@ -127,14 +127,12 @@ class _Scan:
         last: dict[bytes, int] = {}
         expected = end - start + 1  # the window, then the record at `end` or the EOF event
         while True:
+            if self._left() <= 0:  # also bounds a stream of transient errors
+                raise _unavailable(self.settings, self.topic, "timed out")
             # consume() returns early only once it has as many as asked: ask for what is left
             want = max(1, min(_BATCH, expected))
             batch = self.consumer.consume(want, timeout=min(self._left(), 1.0))
             expected -= len(batch)
-            if not batch:
-                if self._left() <= 0:
-                    raise _unavailable(self.settings, self.topic, "timed out")
-                continue
             for message in batch:
                 if self._done(message, end):
                     return last
