@@ -350,6 +350,23 @@ class Routes:
             }
         )
 
+    def op_get_status_peers(self) -> Reply:
+        return Reply(["127.0.0.1:4647"])
+
+    def op_get_regions(self) -> Reply:
+        return Reply([self.cluster.region])
+
+    def _namespace_view(self, name: str) -> dict[str, Any]:
+        return {"Name": name, "Description": "", "Meta": {}, "CreateIndex": 1, "ModifyIndex": 1}
+
+    def op_get_namespaces(self) -> Reply:
+        return Reply([self._namespace_view(n) for n in sorted(self.double.namespaces)])
+
+    def op_get_namespace(self, namespace_name: str) -> Reply:
+        if namespace_name not in self.double.namespaces:
+            raise HTTPError(404, "Namespace not found")
+        return Reply(self._namespace_view(namespace_name))
+
     # -- jobs --------------------------------------------------------------------------------
 
     def _blocking(self) -> None:
@@ -464,6 +481,17 @@ class Routes:
                 "RequestTime": 0,
             }
         )
+
+    def op_get_job_evaluations(self, job_name: str) -> Reply:
+        self._blocking()
+        with self.cluster.lock:
+            return Reply(
+                [
+                    dict(e)
+                    for e in self.cluster.evaluations.values()
+                    if e["JobID"] == job_name and e["Namespace"] == self.namespace
+                ]
+            )
 
     def op_get_job_scale_status(self, job_name: str) -> Reply:
         self._blocking()

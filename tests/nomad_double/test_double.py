@@ -915,3 +915,20 @@ def test_scaling_beyond_the_scaling_block_is_refused(nomad_double: NomadDouble) 
             headers=auth(nomad_double),
         )
         assert answer.status_code == 400 and text in answer.text
+
+
+def test_small_read_endpoints(nomad_double_factory: MakeDouble) -> None:
+    double = nomad_double_factory(namespaces=("default", "rl"))
+    api = client(double)
+    assert [n["Name"] for n in api.namespaces.get_namespaces()] == ["default", "rl"]
+    assert api.namespace.get_namespace("rl")["Name"] == "rl"
+    assert api.regions.get_regions() == ["global"]
+    assert api.status.peers.get_peers() == ["127.0.0.1:4647"]
+    assert api.agent.get_agent()["config"]["ACL"]["Enabled"] is True
+    in_rl = nomad.Nomad(address=double.address, token=double.token, namespace="rl")
+    in_rl.job.register_job("n", job("n", group("g", 0, task("t", "pass"))))
+    evaluations = in_rl.job.get_evaluations("n")
+    assert [e["TriggeredBy"] for e in evaluations] == ["job-register"]
+    assert [j["Namespace"] for j in api.jobs.get_jobs(namespace="*")] == ["rl"]
+    assert api.jobs.get_jobs() == []  # the default namespace has none
+    double.assert_no_violations()
