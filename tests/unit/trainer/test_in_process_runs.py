@@ -100,7 +100,8 @@ def test_trainer_restart_resumes_from_stored_positions(in_process_run: Any) -> N
     assert refilled["positions"][0] >= resumed["positions"][0] > 0
     assert learner.buffer.size >= old.buffer.size - 64 * 2  # refilled from the log
     assert run.trainer.env_steps == resumed["env_steps"]
-    assert run.trainer.version > stored_version or run.trainer.version == stored_version
+    # version v's state was stored before v was announced: nothing to re-announce
+    assert run.trainer.version == stored_version
     for _ in range(5):  # and it keeps training and publishing
         run.step()
     assert run.trainer.version > stored_version
