@@ -94,6 +94,8 @@ class ChunkSpec:
             self._fail(chunk, f"run_id is {chunk.run_id!r}")
         check_chunk(chunk, InvalidChunkError)  # column lengths and flag/reward dtypes
         obs, actions, steps = chunk.observations, chunk.actions, chunk.num_steps
+        if steps == 0:  # no worker writes one; PPO's batch would misplace its bootstrap row
+            self._fail(chunk, "it holds no steps")
         if obs.shape[1:] != self.obs_shape or obs.dtype != np.dtype(self.obs_dtype):
             self._fail(
                 chunk,
@@ -106,7 +108,7 @@ class ChunkSpec:
                 f"actions are {actions.dtype}{actions.shape}, the run's are "
                 f"{self.action_dtype}({steps},)",
             )
-        if steps and (actions.min() < 0 or actions.max() >= self.num_actions):
+        if actions.min() < 0 or actions.max() >= self.num_actions:
             self._fail(
                 chunk,
                 f"actions span {actions.min()}..{actions.max()}, outside the run's "

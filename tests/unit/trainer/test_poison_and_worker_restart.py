@@ -38,6 +38,16 @@ def _poison(good: ExperienceChunk) -> dict[str, ExperienceChunk]:
         "actions are int32(": dataclasses.replace(good, actions=good.actions.astype(np.int32)),
         "observations must have": dataclasses.replace(good, observations=obs[:-1]),  # T rows
         "rewards hold NaN": dataclasses.replace(good, rewards=rewards),
+        "it holds no steps": dataclasses.replace(
+            good,
+            observations=obs[:1],
+            actions=good.actions[:0],
+            rewards=good.rewards[:0],
+            terminated=good.terminated[:0],
+            truncated=good.truncated[:0],
+            log_probs=None,
+            values=None,
+        ),
     }
 
 
