@@ -27,6 +27,7 @@ COMMAND_MODULES: dict[str, str] = {
     "stop": "coach_stream.cli.launch",
     "train": "coach_stream.cli.train",
     "rollout": "coach_stream.cli.rollout",
+    "replay": "coach_stream.cli.replay",
 }
 """Which module registers each top-level command (a module may register several)."""
 
@@ -108,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command is None and "--version" in args:
         command = "--version"
     err = Console(stderr=True, highlight=False, soft_wrap=True)
-    if command is not None and command not in COMMAND_MODULES:
+    if command is not None and command not in COMMAND_MODULES and command != "--version":
         # Answered without importing every command group (torch & co., seconds).
         err.print(f"[bold red]error:[/] {escape(_unknown_command(command))}")
         return EXIT_BAD_INPUT

@@ -4,6 +4,8 @@ import pytest
 
 from coach_stream import __version__
 from coach_stream.cli.main import main
+from coach_stream.cli.options import checkpoint_url
+from coach_stream.errors import ConfigError
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -21,3 +23,61 @@ def test_env_before_any_up_is_one_clear_error(tmp_path, capsys: pytest.CaptureFi
     err = capsys.readouterr().err
     assert "coach-stream stack up" in err
     assert "Traceback" not in err
+
+
+def test_exit_codes_of_commands_reach_the_caller(
+    tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`stack status` raises typer.Exit(1) with its services stopped: main returns 1, not 0."""
+    assert main(["stack", "status", "--cache-dir", str(tmp_path)]) == 1
+    assert "stopped" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["launch", "cartpole-ppo", "--workers", "0"],
+        ["launch", "cartpole-ppo", "--no-such-flag"],
+        ["no-such-command"],
+        ["stack", "no-such-command"],
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+    assert "--help" in err
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("gs://bucket", "gs://bucket"),
+        ("gs://bucket/some/prefix", "gs://bucket/some/prefix"),
+        ("file:///abs/dir", "file:///abs/dir"),
+    ],
+)
+def test_checkpoint_urls_that_are_kept(given: str, expected: str) -> None:
+    assert checkpoint_url(given) == expected
+
+
+def test_checkpoint_dirs_become_file_urls(tmp_path) -> None:
+    assert checkpoint_url(str(tmp_path / "ckpt")) == (tmp_path / "ckpt").as_uri()
+    assert checkpoint_url(None, tmp_path / "state") == (tmp_path / "state/checkpoints").as_uri()
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ("s3://bucket/x", "unsupported scheme 's3'"),
+        ("http://host/x", "unsupported scheme 'http'"),
+        ("gs://", "names no bucket"),
+        ("gs:///prefix", "names no bucket"),
+        ("file://host/dir", "not a local file URL"),
+    ],
+)
+def test_checkpoint_urls_that_are_refused(given: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        checkpoint_url(given)
