@@ -1,0 +1,210 @@
+"""``coach-stream replay``: inspect, export and train offline from a stored experience topic.
+
+Every subcommand reads through ``coach_stream.replay.reader.ReplayReader``: one bounded
+range (``--from``/``--to``), streamed, in a deterministic order. Progress bars go to
+stderr; results (the inspection, the export's address) to stdout.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from coach_stream.cli.options import GcsEmulatorOption, KafkaOption
+from coach_stream.codec import SchemaRegistry, default_schema_dir
+from coach_stream.errors import ConfigError
+from coach_stream.replay.range import parse_bound
+from coach_stream.replay.reader import ReplayReader, resolve_topic
+from coach_stream.transport.settings import KafkaSettings, RunTopics
+
+app = typer.Typer(
+    name="replay",
+    help="Inspect, export and train offline from a run's stored experience topic.",
+    no_args_is_help=True,
+)
+
+SourceArgument = typer.Argument(..., help="A run id, or an experience topic's full name.")
+FromOption = typer.Option(
+    None,
+    "--from",
+    help="Start (inclusive): earliest, an offset, P:O,P:O, an ISO time with zone or @epoch-ms.",
+)
+ToOption = typer.Option(None, "--to", help="End (exclusive): latest, an offset, P:O, a time.")
+SchemasOption = typer.Option(
+    [], "--schemas", help="Extra directory of *.avsc schema versions (repeatable)."
+)
+BatchOption = typer.Option(65_536, "--batch", min=1, help="Transitions per batch (memory bound).")
+ProgressOption = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr.")
+
+
+class Format(enum.StrEnum):
+    avro = "avro"
+    parquet = "parquet"
+    minari = "minari"
+
+
+def _settings(kafka: str | None) -> KafkaSettings:
+    if not kafka:
+        raise ConfigError(
+            "No Kafka address; pass --kafka HOST:PORT or export KAFKA_BOOTSTRAP_SERVERS "
+            "(`eval $(coach-stream stack env)`)."
+        )
+    return KafkaSettings(bootstrap_servers=kafka)
+
+
+def _registry(schemas: list[Path]) -> SchemaRegistry:
+    for folder in schemas:
+        if not folder.is_dir():
+            raise ConfigError(f"--schemas {folder} is not a directory; give a folder of .avsc.")
+    return SchemaRegistry.load(default_schema_dir(), *schemas)
+
+
+def _reader(
+    source: str,
+    kafka: str | None,
+    start: str | None,
+    end: str | None,
+    schemas: list[Path],
+    batch: int,
+) -> ReplayReader:
+    settings = _settings(kafka)
+    return ReplayReader(
+        settings,
+        resolve_topic(source, settings.topic_prefix),
+        start=parse_bound(start, "--from"),
+        end=parse_bound(end, "--to"),
+        registry=_registry(schemas),
+        batch_transitions=batch,
+    )
+
+
+def _dead_letter_topic(topic: str, prefix: str) -> str | None:
+    if topic.endswith(".experience"):
+        return topic.removesuffix(".experience") + ".dead-letter"
+    return None
+
+
+def _nonempty(reader: ReplayReader) -> None:
+    if reader.total_records == 0:
+        spans = ", ".join(f"{s.partition}:[{s.start},{s.end})" for s in reader.spans)
+        raise ConfigError(
+            f"The range of {reader.topic} is empty ({spans}); check --from/--to, or the topic "
+            "holds no records yet (or retention deleted them)."
+        )
+
+
+def inspect(
+    source: str = SourceArgument,
+    kafka: str | None = KafkaOption,
+    start: str | None = FromOption,
+    end: str | None = ToOption,
+    schemas: list[Path] = SchemasOption,
+    batch: int = BatchOption,
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    progress: bool = ProgressOption,
+) -> None:
+    """Partitions, time span, chunks, versions, episodes, schemas, gaps, dead letters."""
+    from coach_stream.replay.inspect import inspect as run_inspect
+    from coach_stream.replay.progress import records_progress
+
+    with _reader(source, kafka, start, end, schemas, batch) as reader:
+        with records_progress("inspect", reader.total_records, progress) as advance:
+            reader.on_records = advance
+            report = run_inspect(
+                reader, _dead_letter_topic(reader.topic, reader.settings.topic_prefix)
+            ).to_json()
+    if as_json:
+        typer.echo(json.dumps(report))
+        return
+    _print_report(report)
+
+
+def _print_report(r: dict[str, Any]) -> None:
+    out = Console(highlight=False)
+    out.print(
+        f"[bold]{r['topic']}[/]  retention: {r['retention']}  runs: {', '.join(r['run_ids'])}"
+    )
+    table = Table("partition", "low", "high", "range start", "range end")
+    for p in r["partitions"]:
+        table.add_row(*(str(p[k]) for k in ("partition", "low", "high", "start", "end")))
+    out.print(table)
+    versions, episodes = r["policy_versions"], r["episodes"]
+    lines = [
+        f"time span: {r['first_timestamp']} .. {r['last_timestamp']}",
+        f"records: {r['records']}  chunks: {r['chunks']}  transitions: {r['transitions']}  "
+        f"bytes: {r['bytes']}  undecodable: {r['undecodable']}",
+        f"policy versions: {versions['count']} ({versions['min']}..{versions['max']})",
+        f"episodes: {episodes['count']}",
+    ]
+    if episodes["return"]:
+        ret, length = episodes["return"], episodes["length"]
+        lines.append(
+            f"  return mean {ret['mean']:.2f} min {ret['min']:.2f} max {ret['max']:.2f}; "
+            f"length mean {length['mean']:.1f} min {length['min']:.0f} max {length['max']:.0f}"
+        )
+    lines.append("schemas: " + ", ".join(f"{k}: {v}" for k, v in r["schemas"].items()))
+    lines.append(
+        f"chunk_seq: {len(r['sequences'])} (worker, env) keys, {r['gaps']} missing, "
+        f"{r['duplicates']} duplicated"
+    )
+    for key, s in r["sequences"].items():
+        if s["gaps"] or s["duplicates"]:
+            lines.append(f"  {key}: {s['gaps']} missing, {s['duplicates']} duplicated")
+    lines.append(f"dead letters (whole run): {r['dead_letters']}")
+    for line in lines:
+        out.print(line)
+
+
+def export(
+    source: str = SourceArgument,
+    format: Format = typer.Option(..., "--format", help="avro, parquet or minari."),
+    out: str = typer.Option(
+        ...,
+        "--out",
+        help="File (avro, parquet) or datasets directory (minari); gs://BUCKET/PREFIX uploads.",
+    ),
+    kafka: str | None = KafkaOption,
+    gcs_emulator: str | None = GcsEmulatorOption,
+    start: str | None = FromOption,
+    end: str | None = ToOption,
+    schemas: list[Path] = SchemasOption,
+    batch: int = BatchOption,
+    env: str | None = typer.Option(None, "--env", help="Environment id (minari needs it)."),
+    dataset_id: str | None = typer.Option(
+        None, "--dataset-id", help="Minari dataset id (default coach-stream/<run>-v0)."
+    ),
+    progress: bool = ProgressOption,
+) -> None:
+    """Export a range to Avro container files, Parquet or a Minari dataset."""
+    from coach_stream.replay.export.run import run_export
+    from coach_stream.replay.progress import records_progress
+
+    with _reader(source, kafka, start, end, schemas, batch) as reader:
+        _nonempty(reader)
+        with records_progress(f"export {format}", reader.total_records, progress) as advance:
+            reader.on_records = advance
+            where, counts = run_export(
+                reader, format.value, out, gcs_emulator, env=env, dataset_id=dataset_id
+            )
+    typer.echo(json.dumps({"out": where, "format": format.value, **counts}))
+
+
+def train() -> None:
+    """Train a policy offline (behaviour cloning or discrete CQL) from a stored topic."""
+    raise ConfigError("not yet")
+
+
+def register(root: typer.Typer) -> None:
+    app.command("inspect")(inspect)
+    app.command("export")(export)
+    app.command("train")(train)
+    root.add_typer(app, name="replay")
+
+
+__all__ = ["RunTopics", "register"]
