@@ -8,6 +8,7 @@ scaling up fills the lowest free ones, as Nomad's reconciler does.
 
 from __future__ import annotations
 
+import fnmatch
 import shutil
 import threading
 import time
@@ -66,6 +67,8 @@ class JobRecord:
     submit_time: int
     version: int = 0
     stopped: bool = False
+    # Allocations a group could not place (no feasible node): Nomad's summary "Queued".
+    queued: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -89,6 +92,7 @@ class Cluster:
         region: str,
         datacenter: str,
         node_meta: Mapping[str, str],
+        node_devices: Mapping[str, int],
         host_env: Mapping[str, str],
         acl_enabled: bool,
     ) -> None:
@@ -96,6 +100,7 @@ class Cluster:
         self.region = region
         self.datacenter = datacenter
         self.acl_enabled = acl_enabled
+        self.node_devices = dict(node_devices)
         self.host_env = dict(host_env)
         self.node_id = new_id()
         self.node_name = "nomad-double"
@@ -232,9 +237,56 @@ class Cluster:
             for alloc in sorted(mine, key=lambda a: -a.index)[: max(0, len(mine) - count)]:
                 self._stop_alloc(alloc, "alloc not needed due to job update")
             used = {a.index for a in mine if a.desired_status == "run"}
+            missing = max(0, count - len(used))
+            record.queued.pop(name, None)
+            failure = self._infeasible(job, group) if missing else None
+            if failure is not None:
+                self._placement_failed(record, eval_id, name, missing, failure)
+                continue
             free = (i for i in range(count * 2 + len(used) + 1) if i not in used)
-            for _ in range(count - len(used)):
+            for _ in range(missing):
                 self._place(job, group, next(free), eval_id)
+
+    def _infeasible(self, job: dict[str, Any], group: dict[str, Any]) -> dict[str, Any] | None:
+        """Nomad's feasibility checks the one node can fail: datacenter and devices.
+
+        Returns the AllocationMetric of a failed placement, or None when the node fits.
+        """
+        if not any(fnmatch.fnmatchcase(self.datacenter, dc) for dc in job["Datacenters"]):
+            return {"NodesEvaluated": 0, "NodesFiltered": 0, "NodesAvailable": {}}
+        for task in group["Tasks"]:
+            for device in (task.get("Resources") or {}).get("Devices") or []:
+                if not self._has_device(device["Name"], int(device.get("Count", 1))):
+                    return {
+                        "NodesEvaluated": 1,
+                        "NodesFiltered": 1,
+                        "NodesAvailable": {self.datacenter: 1},
+                        "ConstraintFiltered": {"missing devices": 1},
+                    }
+        return None
+
+    def _has_device(self, request: str, count: int) -> bool:
+        """A device request ("gpu", "nvidia/gpu", "nvidia/gpu/<model>") against node_devices."""
+        wanted = request.split("/")
+        for device_id, available in self.node_devices.items():
+            vendor, kind, *model = [*device_id.split("/"), ""]
+            have = [kind] if len(wanted) == 1 else [vendor, kind, *model[:1]][: len(wanted)]
+            if have == wanted and available >= count:
+                return True
+        return False
+
+    def _placement_failed(
+        self, record: JobRecord, eval_id: str, group: str, missing: int, metric: dict[str, Any]
+    ) -> None:
+        """As Nomad: the evaluation completes with FailedTGAllocs and a blocked follow-up."""
+        record.queued[group] = missing
+        evaluation = self.evaluations[eval_id]
+        evaluation.setdefault("FailedTGAllocs", {})[group] = metric
+        if not evaluation.get("BlockedEval"):
+            blocked = self._evaluation(record.job, evaluation["TriggeredBy"])
+            self.evaluations[blocked]["Status"] = "blocked"
+            self.evaluations[blocked]["PreviousEval"] = eval_id
+            evaluation["BlockedEval"] = blocked
 
     def _place(
         self,

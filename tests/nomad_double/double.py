@@ -50,6 +50,8 @@ class NomadDouble:
     ``unknown_keys``: ``"reject"`` (default) answers 400 to a request carrying a key Nomad
     would silently ignore; ``"record"`` only records it in ``violations`` (as Nomad, accepting).
     ``host_env``: the host variables tasks inherit (default: PATH, HOME, locale, TMPDIR).
+    ``node_devices``: the node's devices by ID and count, e.g. ``{"nvidia/gpu/H100": 1}``
+    (default none: a job asking for a GPU stays unplaced, as on a cluster without one).
     ``invalid_job_status``: the status of a register whose job fails Nomad's validation; real
     Nomad answers 500 (an uncoded RPC error), 400 is there for a test that wants it.
     """
@@ -64,6 +66,7 @@ class NomadDouble:
         datacenter: str = "dc1",
         namespaces: tuple[str, ...] = ("default",),
         node_meta: Mapping[str, str] | None = None,
+        node_devices: Mapping[str, int] | None = None,
         host_env: Mapping[str, str] | None = None,
         unknown_keys: str = "reject",
         invalid_job_status: int = 500,
@@ -85,6 +88,7 @@ class NomadDouble:
             region=region,
             datacenter=datacenter,
             node_meta=node_meta or {},
+            node_devices=node_devices or {},
             host_env=host_env,
             acl_enabled=token is not None,
         )

@@ -825,8 +825,9 @@ def test_wait_until_may_call_the_double_over_http(nomad_double: NomadDouble) -> 
     assert status == "running"
 
 
-def test_a_coach_stream_shaped_job_is_accepted_and_runs(nomad_double: NomadDouble) -> None:
+def test_a_coach_stream_shaped_job_is_accepted_and_runs(nomad_double_factory: MakeDouble) -> None:
     """The blocks issue 10 asks the orchestrator for: all valid, all kept, tasks run."""
+    nomad_double = nomad_double_factory(node_devices={"nvidia/gpu/H100": 1})
     creds = {
         "EmbeddedTmpl": (
             '{{ with nomadVar "nomad/jobs/coach-stream-full" }}'
@@ -932,3 +933,25 @@ def test_small_read_endpoints(nomad_double_factory: MakeDouble) -> None:
     assert [j["Namespace"] for j in api.jobs.get_jobs(namespace="*")] == ["rl"]
     assert api.jobs.get_jobs() == []  # the default namespace has none
     double.assert_no_violations()
+
+
+def test_an_unplaceable_group_leaves_a_blocked_evaluation(nomad_double: NomadDouble) -> None:
+    api = client(nomad_double)
+    gpu = task(
+        "t", "pass", Resources={"CPU": 100, "MemoryMB": 64, "Devices": [{"Name": "nvidia/gpu"}]}
+    )
+    answer = api.job.register_job("gpu", job("gpu", group("trainer", 1, gpu)))
+    evaluation = api.evaluation.get_evaluation(answer["EvalID"])
+    assert evaluation["FailedTGAllocs"]["trainer"]["ConstraintFiltered"] == {"missing devices": 1}
+    assert api.evaluation.get_evaluation(evaluation["BlockedEval"])["Status"] == "blocked"
+    assert api.job.get_summary("gpu")["Summary"]["trainer"]["Queued"] == 1
+    assert api.job.get_allocations("gpu") == [] and api.job.get_job("gpu")["Status"] == "pending"
+
+    elsewhere = job("dc2", group("g", 2, task("t", "pass")))
+    elsewhere["Job"]["Datacenters"] = ["dc2"]
+    answer = api.job.register_job("dc2", elsewhere)
+    metric = api.evaluation.get_evaluation(answer["EvalID"])["FailedTGAllocs"]["g"]
+    assert (
+        metric["NodesEvaluated"] == 0 and api.job.get_summary("dc2")["Summary"]["g"]["Queued"] == 2
+    )
+    nomad_double.assert_no_violations()

@@ -39,6 +39,9 @@ def summary_view(cluster: Cluster, record: JobRecord) -> dict[str, Any]:
             "Lost": 0,
             "Unknown": 0,
         }
+    for name, queued in record.queued.items():
+        if name in summary:
+            summary[name]["Queued"] = queued
     for alloc in cluster.job_allocations(job["Namespace"], job["ID"]):
         counts = summary.setdefault(alloc.group, dict.fromkeys(next(iter(summary.values()), {}), 0))
         status, _ = alloc.client_status()
