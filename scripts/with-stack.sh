@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Run a command with the local stack up and its addresses exported. Starts the stack if it
-# is not running and, in that case only, stops it afterwards, even when the command fails.
+# is not running and, in that case only, stops it afterwards, even when the command fails
+# or is interrupted. Exits with the command's exit code (130 after Ctrl-C, 143 after SIGTERM).
+#
+# `coach-stream stack status` exits 1 unless every service is healthy; that exit code is
+# how this script knows whether it must start (and so later stop) the stack.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cli=.venv/bin/coach-stream
@@ -10,9 +14,15 @@ if ! "$cli" stack status >/dev/null 2>&1; then
   started_here=yes
 fi
 cleanup() {
+  local code=$?
+  trap - EXIT INT TERM
   if [ "$started_here" = yes ]; then "$cli" stack down || true; fi
+  exit "$code"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+# A signal ends the script through the EXIT trap once, with the conventional exit code.
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 "$cli" stack up
 eval "$("$cli" stack env)"

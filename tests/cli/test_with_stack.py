@@ -1,0 +1,87 @@
+"""scripts/with-stack.sh stops the stack exactly when it started it, and keeps the command's
+exit code: run against a stand-in ``coach-stream`` that records its calls, so the shared
+stack is never touched."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).parents[2] / "scripts" / "with-stack.sh"
+
+
+def fake_repo(tmp_path: Path, status_code: int) -> Path:
+    """A copy of the script beside a stand-in CLI whose `stack status` exits ``status_code``."""
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    (repo / ".venv" / "bin").mkdir(parents=True)
+    shutil.copy(SCRIPT, repo / "scripts" / "with-stack.sh")
+    cli = repo / ".venv" / "bin" / "coach-stream"
+    cli.write_text(
+        "#!/usr/bin/env bash\n"
+        f'echo "$*" >> "{repo}/calls"\n'
+        'case "$*" in\n'
+        f'  "stack status") exit {status_code} ;;\n'
+        '  "stack env") echo "export KAFKA_BOOTSTRAP_SERVERS=k:1" ;;\n'
+        "esac\n"
+    )
+    cli.chmod(0o755)
+    return repo
+
+
+def calls(repo: Path) -> list[str]:
+    return (repo / "calls").read_text().splitlines()
+
+
+def run(repo: Path, *command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(repo / "scripts" / "with-stack.sh"), *command],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def test_a_stack_it_started_is_stopped_and_the_exit_code_kept(tmp_path: Path) -> None:
+    repo = fake_repo(tmp_path, status_code=1)  # stopped: the script must start it
+    done = run(repo, "bash", "-c", 'test "$KAFKA_BOOTSTRAP_SERVERS" = k:1 && exit 7')
+    assert done.returncode == 7
+    assert calls(repo) == ["stack status", "stack up", "stack env", "stack down"]
+
+
+def test_a_stack_that_was_running_is_left_running(tmp_path: Path) -> None:
+    repo = fake_repo(tmp_path, status_code=0)
+    assert run(repo, "true").returncode == 0
+    assert calls(repo) == ["stack status", "stack up", "stack env"]
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupted_command_still_stops_the_stack_once(
+    tmp_path: Path, sig: signal.Signals, code: int
+) -> None:
+    repo = fake_repo(tmp_path, status_code=1)
+    ready = tmp_path / "ready"
+    script = subprocess.Popen(
+        ["bash", str(repo / "scripts" / "with-stack.sh"), "bash", "-c",
+         f'touch "{ready}"; exec sleep 30'],
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while not ready.exists():
+            assert time.monotonic() < deadline, "the command never started"
+            time.sleep(0.02)
+        # As a terminal's Ctrl-C (or a CI runner's SIGTERM) does: the whole process group.
+        os.killpg(script.pid, sig)
+        assert script.wait(timeout=20) == code
+    finally:
+        if script.poll() is None:
+            script.kill()
+    assert calls(repo).count("stack down") == 1
