@@ -173,24 +173,45 @@ class Cluster:
 
     # -- jobs ---------------------------------------------------------------------------
 
-    def register(self, raw_job: dict[str, Any], namespace: str) -> tuple[JobRecord, str]:
+    def register(
+        self,
+        raw_job: dict[str, Any],
+        namespace: str,
+        *,
+        preserve_counts: bool = False,
+        enforce_index: int | None = None,
+    ) -> tuple[JobRecord, str]:
+        """Nomad's Job.Register: a new version only when the spec changed; an evaluation always.
+
+        ``enforce_index`` is ``nomad job run -check-index``: 0 = the job must not exist,
+        N = its JobModifyIndex must be N (else :class:`RegisterConflictError`).
+        """
         with self.lock:
             job = canonicalize(raw_job, namespace=namespace, region=self.region)
             key = (job["Namespace"], job["ID"])
             old = self.jobs.get(key)
-            index = self.bump()
+            if enforce_index is not None:
+                _check_index(old, enforce_index)
+            if old is not None and preserve_counts:
+                counts = {g["Name"]: g["Count"] for g in old.job["TaskGroups"]}
+                for group in job["TaskGroups"]:
+                    group["Count"] = counts.get(group["Name"], group["Count"])
             if old is None:
+                index = self.bump()
                 record = JobRecord(job, index, index, index, time.time_ns())
                 self.jobs[key] = record
             else:
                 record = old
-                record.version += 1
-                record.job = job
-                record.modify_index = record.job_modify_index = index
-                record.submit_time = time.time_ns()
-                record.stopped = bool(job.get("Stop"))
+                unchanged = _comparable(old.job) == _comparable(job) and not old.stopped
+                if not unchanged:
+                    index = self.bump()
+                    record.version += 1
+                    record.job = job
+                    record.modify_index = record.job_modify_index = index
+                    record.submit_time = time.time_ns()
+                    record.stopped = bool(job.get("Stop"))
             record.job["Version"] = record.version
-            eval_id = self._evaluation(job, "job-register")
+            eval_id = self._evaluation(record.job, "job-register")
             self._reconcile(
                 record, eval_id, old_groups=None if old is None else self._group_specs(key)
             )
@@ -543,3 +564,25 @@ def next_reschedule_delay(policy: Mapping[str, Any], events: list[dict[str, Any]
     if max_delay > 0:
         delay = min(delay, max_delay)
     return delay
+
+
+class RegisterConflictError(Exception):
+    """``EnforceIndex`` did not match (Nomad's "Enforcing job modify index" errors)."""
+
+
+def _check_index(old: JobRecord | None, expected: int) -> None:
+    prefix = "Enforcing job modify index"
+    if old is not None and expected == 0:
+        raise RegisterConflictError(f"{prefix} 0: job already exists")
+    if old is not None and expected != old.job_modify_index:
+        raise RegisterConflictError(
+            f"{prefix} {expected}: job exists with conflicting job modify index:"
+            f" {old.job_modify_index}"
+        )
+    if old is None and expected != 0:
+        raise RegisterConflictError(f"{prefix} {expected}: job does not exist")
+
+
+def _comparable(job: Mapping[str, Any]) -> dict[str, Any]:
+    """A job without the fields Nomad sets itself, to tell whether a re-register changed it."""
+    return {k: v for k, v in job.items() if k not in ("Version", "Stop", "SubmitTime")}

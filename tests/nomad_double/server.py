@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from . import views
-from .cluster import VariableRecord
+from .cluster import RegisterConflictError, VariableRecord
 from .jobs import format_errors, validate_job
 from .openapi import Operation, Problems, check_scalar, go_parse_bool
 
@@ -404,7 +404,16 @@ class Routes:
             raise HTTPError(400, "mismatched request namespace")
         if namespace not in self.double.namespaces:
             raise HTTPError(400, f'nonexistent namespace "{namespace}"')
-        record, eval_id = self.cluster.register(job, namespace)
+        enforce = self.body.get("JobModifyIndex", 0) if self.body.get("EnforceIndex") else None
+        try:
+            record, eval_id = self.cluster.register(
+                job,
+                namespace,
+                preserve_counts=bool(self.body.get("PreserveCounts")),
+                enforce_index=enforce,
+            )
+        except RegisterConflictError as error:  # an uncoded RPC error in Nomad: 500
+            raise HTTPError(500, str(error)) from None
         return Reply(
             {
                 "EvalID": eval_id,

@@ -955,3 +955,33 @@ def test_an_unplaceable_group_leaves_a_blocked_evaluation(nomad_double: NomadDou
         metric["NodesEvaluated"] == 0 and api.job.get_summary("dc2")["Summary"]["g"]["Queued"] == 2
     )
     nomad_double.assert_no_violations()
+
+
+def test_reregister_versions_preserve_counts_and_check_index(nomad_double: NomadDouble) -> None:
+    api = client(nomad_double)
+    body = job("v", group("g", 1, task("t", "import time; time.sleep(60)")), job_type="service")
+    first = api.job.register_job("v", body)
+    nomad_double.wait_until(lambda: running(nomad_double, "v", 1), what="running")
+    alloc = nomad_double.allocation("v", "g", 0)
+    same = api.job.register_job("v", body)  # unchanged: no new version, allocation kept
+    assert same["JobModifyIndex"] == first["JobModifyIndex"]
+    assert api.job.get_job("v")["Version"] == 0 and alloc.desired_status == "run"
+
+    api.job.request("v", "scale", json={"Count": 2, "Target": {"Group": "g"}}, method="post")
+    api.job.register_job("v", {**body, "PreserveCounts": True})
+    assert api.job.get_job("v")["TaskGroups"][0]["Count"] == 2
+
+    stale = {**body, "EnforceIndex": True, "JobModifyIndex": first["JobModifyIndex"]}
+    with pytest.raises(nomad_errors.BaseNomadException) as conflict:
+        api.job.register_job("v", stale)
+    assert conflict.value.nomad_resp.status_code == 500
+    assert "job exists with conflicting job modify index" in conflict.value.nomad_resp.text
+    with pytest.raises(nomad_errors.BaseNomadException, match="job already exists"):
+        api.job.register_job("v", {**body, "EnforceIndex": True, "JobModifyIndex": 0})
+
+    changed = job("v", group("g", 2, task("t", "import time; time.sleep(59)")), job_type="service")
+    api.job.register_job("v", changed)  # a changed task: its allocations are replaced
+    nomad_double.wait_until(lambda: alloc.terminal() and running(nomad_double, "v", 2), what="new")
+    # Versions: 1 the scale; the preserve-counts re-register equals it (no version); 2 the change.
+    assert api.job.get_job("v")["Version"] == 2
+    nomad_double.assert_no_violations()
