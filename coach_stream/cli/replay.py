@@ -16,7 +16,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from coach_stream.cli.options import GcsEmulatorOption, KafkaOption
+from coach_stream.cli.options import (
+    CheckpointsOption,
+    GcsEmulatorOption,
+    KafkaOption,
+    checkpoint_url,
+)
 from coach_stream.codec import SchemaRegistry, default_schema_dir
 from coach_stream.errors import ConfigError
 from coach_stream.replay.range import parse_bound
@@ -195,9 +200,66 @@ def export(
     typer.echo(json.dumps({"out": where, "format": format.value, **counts}))
 
 
-def train() -> None:
-    """Train a policy offline (behaviour cloning or discrete CQL) from a stored topic."""
-    raise ConfigError("not yet")
+def train(
+    source: str = SourceArgument,
+    algo: str = typer.Option("bc", "--algo", help="bc (behaviour cloning) or cql (discrete CQL)."),
+    env: str = typer.Option(..., "--env", help="The environment the data came from."),
+    run_id: str = typer.Option(..., "--run-id", help="New run id for the trained policies."),
+    checkpoints: str | None = CheckpointsOption,
+    kafka: str | None = KafkaOption,
+    gcs_emulator: str | None = GcsEmulatorOption,
+    start: str | None = FromOption,
+    end: str | None = ToOption,
+    schemas: list[Path] = SchemasOption,
+    steps: int = typer.Option(3_000, "--steps", min=1, help="Gradient steps."),
+    batch_size: int = typer.Option(256, "--batch-size", min=1, help="Transitions per step."),
+    learning_rate: float = typer.Option(1e-3, "--learning-rate", min=0.0),
+    gamma: float = typer.Option(0.99, "--gamma", min=0.0, max=1.0),
+    cql_alpha: float = typer.Option(1.0, "--cql-alpha", min=0.0),
+    seed: int = typer.Option(0, "--seed", min=0),
+    publish_every: int = typer.Option(1_000, "--publish-every", min=1, help="Steps per version."),
+    eval_episodes: int = typer.Option(10, "--eval-episodes", min=1),
+    max_transitions: int = typer.Option(
+        20_000_000, "--max-transitions", min=1, help="Refuse a larger range (held in memory)."
+    ),
+    progress: bool = ProgressOption,
+) -> None:
+    """Train a policy offline (bc or cql) from a stored topic; announce it; evaluate it."""
+    from coach_stream.replay.offline import ALGORITHMS, OfflineConfig
+    from coach_stream.replay.offline.session import run_offline
+    from coach_stream.replay.offline.train import load_dataset
+    from coach_stream.replay.progress import records_progress
+
+    if algo not in ALGORITHMS:
+        raise ConfigError(f"Unknown --algo {algo!r}; use one of {', '.join(sorted(ALGORITHMS))}.")
+    url = checkpoint_url(checkpoints)
+    with _reader(source, kafka, start, end, schemas, 65_536) as reader:
+        _nonempty(reader)
+        with records_progress("read", reader.total_records, progress) as advance:
+            reader.on_records = advance
+            data = load_dataset(reader, max_transitions)
+        settings = reader.settings
+    config = OfflineConfig(
+        steps=steps,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        gamma=gamma,
+        cql_alpha=cql_alpha,
+    )
+    result = run_offline(
+        data,
+        settings=settings,
+        run_id=run_id,
+        checkpoints=url,
+        gcs_emulator=gcs_emulator,
+        env_id=env,
+        algo=algo,
+        config=config,
+        seed=seed,
+        publish_every=publish_every,
+        eval_episodes=eval_episodes,
+    )
+    typer.echo(json.dumps(result))
 
 
 def register(root: typer.Typer) -> None:

@@ -1,0 +1,33 @@
+"""Behaviour cloning: the ActorCritic's actor fitted to the data's actions (cross-entropy)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from coach_stream.envs import EnvShape
+from coach_stream.policies.networks import ActorCritic
+from coach_stream.replay.offline import OfflineConfig
+
+
+class BehaviourCloning:
+    policy_kind: Literal["ppo", "dqn"] = "ppo"
+
+    def __init__(self, shape: EnvShape, config: OfflineConfig) -> None:
+        self.net = ActorCritic(shape, config.network)
+        self.optimizer = torch.optim.Adam(self.net.actor.parameters(), lr=config.learning_rate)
+
+    def update(self, batch: Mapping[str, torch.Tensor]) -> dict[str, float]:
+        logits = self.net.actor(batch["obs"].flatten(1))
+        loss = F.cross_entropy(logits, batch["actions"])
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        accuracy = (logits.argmax(-1) == batch["actions"]).float().mean()
+        return {"train/loss": float(loss), "train/accuracy": float(accuracy)}
+
+    def policy_state(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in self.net.state_dict().items()}
