@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -19,6 +21,16 @@ from .openapi import OpenAPISpec, default_spec_path
 from .server import Fault, RecordedRequest, Violation, serve
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# Doubles not yet stopped: an interpreter exit (Ctrl-C past the fixtures, a test session
+# ending abnormally) still kills their process groups. A SIGKILLed pytest cannot; the task
+# processes then run on until they end by themselves.
+_LIVE: weakref.WeakSet[NomadDouble] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_live_doubles() -> None:
+    for double in list(_LIVE):
+        double.stop()
 
 
 class SpecMissingError(Exception):
@@ -102,6 +114,7 @@ class NomadDouble:
         self.port = int(port)
         self.address = f"http://{self.host}:{self.port}"
         self._stopped = False
+        _LIVE.add(self)
 
     # -- what tests read ----------------------------------------------------------------------
 
