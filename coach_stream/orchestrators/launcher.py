@@ -26,15 +26,36 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from coach_stream.core import Orchestrator
 from coach_stream.errors import ConfigError, ServiceUnavailableError
-from coach_stream.orchestrators.local import LocalOrchestrator
-from coach_stream.orchestrators.progress import LogFollower, RunProgress
+from coach_stream.orchestrators.progress import RunProgress
 from coach_stream.orchestrators.spec import LaunchSettings
 from coach_stream.orchestrators.state import RunRecord, RunState
 
 UpdateCallback = Callable[[RunProgress, RunRecord], None]
+
+
+class TaskLines(Protocol):
+    """New output lines of a run's tasks, each as ``(task, line)``, since the last poll."""
+
+    def poll(self) -> list[tuple[str, str]]: ...
+
+
+class FollowableOrchestrator(Orchestrator, Protocol):
+    """``core.Orchestrator`` plus what following a run live needs: its tasks' new lines as
+    they come, the run's record (state, task states) and a wait for its end.
+
+    ``LocalOrchestrator`` reads them from the run's files; another orchestrator (Nomad)
+    would stream its allocations' logs and ask its API. ``follow`` needs nothing else.
+    """
+
+    def task_lines(self, run_id: str) -> TaskLines: ...
+
+    def record(self, run_id: str) -> RunRecord: ...
+
+    def wait(self, run_id: str, timeout: float) -> RunState: ...
 
 
 @dataclass(frozen=True)
@@ -199,7 +220,7 @@ def discard_launch(settings: LaunchSettings, state_dir: Path) -> None:
 
 
 def follow(
-    orchestrator: LocalOrchestrator,
+    orchestrator: FollowableOrchestrator,
     run_id: str,
     *,
     eval_episodes: int = 20,
@@ -209,7 +230,7 @@ def follow(
 ) -> RunOutcome:
     """Follow a submitted run until it ends; the run is fully stopped when this returns."""
     started = time.monotonic()
-    follower = LogFollower(orchestrator.run_dir(run_id).logs_dir)
+    follower = orchestrator.task_lines(run_id)
     progress = RunProgress(eval_episodes=eval_episodes)
     ended_at: float | None = None
     timed_out = False

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from coach_stream.core import RunSpec, TaskState, TaskStatus
 from coach_stream.errors import OrchestratorError
+from coach_stream.orchestrators.progress import LogFollower
 from coach_stream.orchestrators.state import (
     TERMINAL_TASK_STATES,
     RunDirectory,
@@ -152,6 +153,10 @@ class LocalOrchestrator:
             run_dir.write(record)
 
     # ------------------------------------------------------------------ beyond the protocol
+
+    def task_lines(self, run_id: str) -> LogFollower:
+        """New lines of the run's task logs on each ``poll()`` (for ``launcher.follow``)."""
+        return LogFollower(self.run_dir(run_id).logs_dir)
 
     def record(self, run_id: str) -> RunRecord:
         """run.json, corrected for a supervisor that died without writing its last word."""
