@@ -39,6 +39,7 @@ from coach_stream.rollout.worker import RolloutWorker, WorkerSettings
 from coach_stream.transport.admin import check_broker
 from coach_stream.transport.control import KafkaControlPublisher, KafkaControlSubscriber
 from coach_stream.transport.settings import KafkaSettings, RunTopics
+from coach_stream.transport.telemetry import STARTED, TelemetrySink, fan_out
 from coach_stream.transport.writer import KafkaExperienceWriter
 
 
@@ -85,9 +86,12 @@ def rollout(
         checkpoint_url(checkpoints),
         gcs_emulator,
     )
-    events = JsonLines(sys.stdout, process.task)
-    finished = process.run(events)
-    events("exit", {"reason": finished.reason, "final_version": finished.final_version})
+    with TelemetrySink(settings, topics, run_id, process.task) as telemetry:
+        # stdout for the local orchestrator's logs, the telemetry topic for launch/status.
+        events = fan_out(JsonLines(sys.stdout, process.task), telemetry)
+        telemetry(STARTED, {"worker_id": worker_id})
+        finished = process.run(events)
+        events("exit", {"reason": finished.reason, "final_version": finished.final_version})
 
 
 @dataclass(frozen=True)

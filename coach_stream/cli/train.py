@@ -37,6 +37,7 @@ from coach_stream.transport.admin import ensure_run_topics
 from coach_stream.transport.control import KafkaControlPublisher, KafkaControlSubscriber
 from coach_stream.transport.reader import KafkaExperienceReader
 from coach_stream.transport.settings import KafkaSettings, RunTopics
+from coach_stream.transport.telemetry import STARTED, TelemetrySink, fan_out
 
 
 def kafka_settings(kafka: str | None) -> KafkaSettings:
@@ -90,7 +91,12 @@ def train(
         KafkaExperienceReader(settings, topics, group, spec=spec) as reader,
         KafkaControlSubscriber(settings, topics) as control,
         KafkaControlPublisher(settings, topics) as publisher,
+        TelemetrySink(settings, topics, run_id, "trainer") as telemetry,
     ):
+        # Events on stdout (the local orchestrator's logs) and on the telemetry topic (what
+        # launch/status read, wherever this process runs).
+        events = fan_out(JsonLines(sys.stdout, "trainer"), telemetry)
+        telemetry(STARTED, {"workers": workers})
         # Connect first: the producer id is acquired on librdkafka's threads while the
         # learner is built (its first optimizer imports torch._dynamo, ~2 s), instead of
         # delaying version 0, which every worker is waiting for, by ~0.5 s.
@@ -105,7 +111,7 @@ def train(
             publisher,
             store,
             builder.make_trainer_settings(run_id),
-            JsonLines(sys.stdout, "trainer"),
+            events,
             generator,
         )
         trainer.run()

@@ -89,10 +89,15 @@ class RunProgress:
         if task == "trainer" and line.startswith("# coach-stream") and ": start trainer" in line:
             self.trainer_starts += 1
         event = parse_event(line)
-        if event is None:
-            return
+        if event is not None:
+            self.feed_event(task, event)
+
+    def feed_event(self, task: str, event: dict[str, Any]) -> None:
+        """One event as a task reported it (a parsed JSON line or a telemetry record)."""
         kind = event["event"]
-        if kind == "progress":
+        if kind == "started" and task == "trainer":  # published on the telemetry topic only
+            self.trainer_starts += 1
+        elif kind == "progress":
             if task == "trainer":
                 self.trainer = event
             else:

@@ -67,7 +67,7 @@ def broker_answers(bootstrap_servers: str, timeout: float) -> bool:
 
 def delete_run_topics(settings: KafkaSettings, topics: RunTopics, timeout: float = 30.0) -> None:
     """Delete a run's three topics; absent ones are not an error (for cleanup and tests)."""
-    names = [topics.experience, topics.control, topics.dead_letter]
+    names = [topics.experience, topics.control, topics.dead_letter, topics.telemetry]
     with clients.admin(settings) as admin:
         try:
             futures = admin.delete_topics(names, operation_timeout=timeout, request_timeout=timeout)
@@ -119,6 +119,10 @@ def plan_run_topics(
         TopicPlan(
             topics.dead_letter, 1, {**common, "retention.ms": FOREVER, "retention.bytes": FOREVER}
         ),
+        # One partition: a run's events stay in the order the tasks reported them.
+        TopicPlan(
+            topics.telemetry, 1, {**common, "retention.ms": FOREVER, "retention.bytes": FOREVER}
+        ),
     ]
 
 
@@ -160,7 +164,7 @@ def ensure_run_topics(
             metadata = admin.list_topics(timeout=timeout)
         except KafkaException as exc:
             raise unreachable(settings, timeout, exc.args[0]) from exc
-    for single in (topics.control, topics.dead_letter):
+    for single in (topics.control, topics.dead_letter, topics.telemetry):
         found = metadata.topics.get(single)
         if found is not None and len(found.partitions) != 1:
             raise ConfigError(

@@ -114,11 +114,16 @@ class KafkaSettings(BaseModel):
 
 @dataclass(frozen=True)
 class RunTopics:
-    """The three topics of one run: ``<prefix>.<run_id>.experience|control|dead-letter``."""
+    """The topics of one run: ``<prefix>.<run_id>.experience|control|dead-letter|telemetry``."""
 
     experience: str
     control: str
     dead_letter: str
+
+    @property
+    def telemetry(self) -> str:
+        """Every task's progress events (derived, so existing constructors stay valid)."""
+        return self.experience.removesuffix(".experience") + ".telemetry"
 
     @classmethod
     def for_run(cls, run_id: str, prefix: str = "coach-stream") -> RunTopics:

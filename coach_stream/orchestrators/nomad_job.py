@@ -1,0 +1,326 @@
+"""A ``RunSpec`` as one Nomad job: groups ``trainer`` (1), ``rollout`` (N), ``evaluator`` (1).
+
+The job is made from the same ``RunSpec`` that the local orchestrator runs (``spec.py``
+decides the command lines once), so a run on Nomad executes exactly the commands of a
+local run. The only rewrite: the N rollout tasks differ only in ``--worker-id i``, and
+become one group of count N whose argument is ``${NOMAD_ALLOC_INDEX}`` (checked here:
+any other difference between them is refused, never silently dropped). That is also what
+lets ``coach-stream scale`` add worker ``N`` by raising the group's count.
+
+Credentials never appear in the job: with ``secrets_var`` set, each task gets a
+``template`` that renders every item of that Nomad Variable into its environment
+(``nomadVar``), so ``--dry-run`` and ``nomad job inspect`` show only the variable's path.
+
+``job_hcl`` renders the same job as HCL2 for ``--dry-run --format hcl``; ``nomad/`` holds
+the hand-runnable version with ``variable`` blocks (a test keeps the three in agreement).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from coach_stream.core import RunSpec, TaskSpec
+from coach_stream.errors import ConfigError
+
+SECOND_NS = 1_000_000_000
+GROUPS = ("trainer", "rollout", "evaluator")
+WORKER_INDEX = "${NOMAD_ALLOC_INDEX}"
+SECRETS_DEST = "secrets/coach-stream.env"
+Driver = Literal["raw_exec", "exec", "docker"]
+
+
+def job_id(run_id: str) -> str:
+    """One Nomad job per run."""
+    return f"coach-stream-{run_id}"
+
+
+@dataclass(frozen=True)
+class GroupResources:
+    cpu_mhz: int
+    memory_mb: int
+    gpus: int = 0
+
+
+@dataclass(frozen=True)
+class NomadJobSettings:
+    """How a run's tasks are placed and run on Nomad (validated once by the CLI)."""
+
+    driver: Driver = "raw_exec"
+    image: str | None = None
+    """The worker image for ``docker`` (see the repository's ``Dockerfile``)."""
+    datacenters: tuple[str, ...] = ("*",)
+    namespace: str | None = None
+    region: str | None = None
+    priority: int = 50
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Non-secret settings every task gets (Kafka and GCS addresses as the nodes see them)."""
+    secrets_var: str | None = None
+    """A Nomad Variable path whose items become every task's environment (credentials)."""
+    resources: Mapping[str, GroupResources] = field(
+        default_factory=lambda: {
+            "trainer": GroupResources(1000, 2048),
+            "rollout": GroupResources(500, 1024),
+            "evaluator": GroupResources(500, 1024),
+        }
+    )
+    max_workers: int = 256
+    restart_attempts: int = 5
+    restart_interval_s: int = 600
+    restart_delay_s: float = 1.0
+    kill_timeout_s: int = 20
+    """SIGTERM first: the trainer finishes its checkpoint, workers flush their experience."""
+
+    def __post_init__(self) -> None:
+        if self.driver == "docker" and not self.image:
+            raise ConfigError("--driver docker needs --image (build one from the Dockerfile).")
+        if self.driver != "docker" and self.image:
+            raise ConfigError(f"--image is for --driver docker, not {self.driver}; drop --image.")
+        if not 1 <= self.priority <= 100:
+            raise ConfigError(f"--priority {self.priority} is out of range; use 1 to 100.")
+        if self.restart_attempts * self.restart_delay_s > self.restart_interval_s:
+            raise ConfigError("restart attempts x delay must fit in the restart interval.")
+        if self.secrets_var is not None and not self.secrets_var.strip("/"):
+            raise ConfigError("--secrets-var is empty; give a Nomad Variable path.")
+
+
+def _flag(argv: Sequence[str], name: str) -> str | None:
+    for i, arg in enumerate(argv[:-1]):
+        if arg == name:
+            return argv[i + 1]
+    return None
+
+
+def _rollout_argv(tasks: Sequence[TaskSpec]) -> tuple[str, ...]:
+    """The rollout tasks' common argv with ``--worker-id ${NOMAD_ALLOC_INDEX}``."""
+    first = tasks[0].argv
+    try:
+        position = first.index("--worker-id") + 1
+    except ValueError:
+        raise ConfigError("rollout tasks have no --worker-id; the run spec is malformed.") from None
+    template = (*first[:position], WORKER_INDEX, *first[position + 1 :])
+    for index, task in enumerate(tasks):
+        expected = tuple(str(index) if arg == WORKER_INDEX else arg for arg in template)
+        if task.name != f"rollout-{index}" or task.argv != expected or task.env != tasks[0].env:
+            raise ConfigError(
+                f"rollout task {task.name} differs from rollout-0 by more than its worker id; "
+                "one Nomad group cannot run it."
+            )
+    return template
+
+
+def _duration(seconds: float) -> int:
+    return int(seconds * SECOND_NS)
+
+
+def _task(
+    name: str, argv: Sequence[str], env: Mapping[str, str], settings: NomadJobSettings
+) -> dict[str, Any]:
+    config: dict[str, Any] = {"command": argv[0], "args": list(argv[1:])}
+    if settings.driver == "docker":
+        config["image"] = settings.image
+    res = settings.resources[name]
+    resources: dict[str, Any] = {"CPU": res.cpu_mhz, "MemoryMB": res.memory_mb}
+    if res.gpus:
+        resources["Devices"] = [{"Name": "nvidia/gpu", "Count": res.gpus}]
+    task: dict[str, Any] = {
+        "Name": name,
+        "Driver": settings.driver,
+        "Config": config,
+        # Python's stdout to a file is block-buffered; logs should arrive as they happen.
+        "Env": {**settings.env, **env, "PYTHONUNBUFFERED": "1"},
+        "Resources": resources,
+        "KillSignal": "SIGTERM",
+        "KillTimeout": _duration(settings.kill_timeout_s),
+        "LogConfig": {"MaxFiles": 5, "MaxFileSizeMB": 20},
+    }
+    if settings.secrets_var:
+        path = json.dumps(settings.secrets_var.strip("/"))
+        task["Templates"] = [
+            {
+                "EmbeddedTmpl": (
+                    f"{{{{ with nomadVar {path} }}}}{{{{ range $k, $v := . }}}}"
+                    "{{ $k }}={{ $v }}\n{{ end }}{{ end }}"
+                ),
+                "DestPath": SECRETS_DEST,
+                "Envvars": True,
+            }
+        ]
+    return task
+
+
+def _group(
+    name: str, count: int, task: dict[str, Any], settings: NomadJobSettings
+) -> dict[str, Any]:
+    group: dict[str, Any] = {
+        "Name": name,
+        "Count": count,
+        "Meta": {"role": name},
+        # A crashed task is restarted in place (the trainer resumes from its checkpoint, a
+        # worker from the newest policy); past the attempts the allocation fails and is
+        # rescheduled, on another node when the node was the problem.
+        "RestartPolicy": {
+            "Attempts": settings.restart_attempts,
+            "Interval": _duration(settings.restart_interval_s),
+            "Delay": _duration(settings.restart_delay_s),
+            "Mode": "fail",
+        },
+        "ReschedulePolicy": {
+            "Attempts": 3,
+            "Interval": _duration(3600),
+            "Delay": _duration(5),
+            "DelayFunction": "exponential",
+            "MaxDelay": _duration(120),
+            "Unlimited": False,
+        },
+        "Tasks": [task],
+    }
+    if name == "rollout":
+        group["Spreads"] = [{"Attribute": "${node.unique.id}", "Weight": 100}]
+        group["Scaling"] = {"Min": 1, "Max": settings.max_workers, "Enabled": False}
+    return group
+
+
+def build_job(spec: RunSpec, settings: NomadJobSettings) -> dict[str, Any]:
+    """The Nomad ``Job`` object (the API's JSON form) that runs ``spec``."""
+    by_group: dict[str, list[TaskSpec]] = {}
+    for task in spec.tasks:
+        if task.group not in GROUPS:
+            raise ConfigError(f"task {task.name} is in group {task.group!r}; Nomad runs {GROUPS}.")
+        by_group.setdefault(task.group, []).append(task)
+    trainers = by_group.get("trainer", [])
+    rollouts = by_group.get("rollout", [])
+    if len(trainers) != 1 or not rollouts:
+        raise ConfigError("a run needs one trainer and at least one rollout task.")
+    groups = [
+        _group(
+            "trainer", 1, _task("trainer", trainers[0].argv, trainers[0].env, settings), settings
+        )
+    ]
+    rollout_task = _task("rollout", _rollout_argv(rollouts), rollouts[0].env, settings)
+    groups.append(_group("rollout", len(rollouts), rollout_task, settings))
+    for evaluator in by_group.get("evaluator", []):
+        groups.append(
+            _group(
+                "evaluator",
+                1,
+                _task("evaluator", evaluator.argv, evaluator.env, settings),
+                settings,
+            )
+        )
+    the_id = job_id(spec.run_id)
+    job: dict[str, Any] = {
+        "ID": the_id,
+        "Name": the_id,
+        # batch: a run ends; tasks that exit 0 (on RunFinished) are done, not restarted.
+        "Type": "batch",
+        "Datacenters": list(settings.datacenters),
+        "Priority": settings.priority,
+        "Meta": {
+            "run_id": spec.run_id,
+            "preset": _flag(trainers[0].argv, "--preset") or "",
+            "managed_by": "coach-stream",
+        },
+        "TaskGroups": groups,
+    }
+    if settings.namespace:
+        job["Namespace"] = settings.namespace
+    if settings.region:
+        job["Region"] = settings.region
+    return job
+
+
+# --------------------------------------------------------------------------- HCL2
+
+# JSON keys whose HCL form is a block (one per element for lists), not an attribute.
+_BLOCKS = {
+    "TaskGroups": "group",
+    "Tasks": "task",
+    "RestartPolicy": "restart",
+    "ReschedulePolicy": "reschedule",
+    "Resources": "resources",
+    "Devices": "device",
+    "Templates": "template",
+    "Spreads": "spread",
+    "Scaling": "scaling",
+    "LogConfig": "logs",
+    "Config": "config",
+    "Env": "env",
+    "Meta": "meta",
+}
+_LABELLED = {"group", "task", "device"}  # blocks whose Name is their label
+_RENAMES = {
+    "CPU": "cpu",
+    "MemoryMB": "memory",
+    "MaxFileSizeMB": "max_file_size",
+    "EmbeddedTmpl": "data",
+    "DestPath": "destination",
+    "Envvars": "env",
+    "DelayFunction": "delay_function",
+    "MaxDelay": "max_delay",
+    "KillSignal": "kill_signal",
+    "KillTimeout": "kill_timeout",
+    "MaxFiles": "max_files",
+}
+_DURATIONS = {"Interval", "Delay", "MaxDelay", "KillTimeout"}
+_VERBATIM = {"Config", "Env", "Meta"}  # user keys inside these stay as written
+
+
+def _snake(key: str) -> str:
+    if key in _RENAMES:
+        return _RENAMES[key]
+    out = "".join(f"_{c.lower()}" if c.isupper() else c for c in key).lstrip("_")
+    return out
+
+
+def _hcl_value(value: Any, key: str = "") -> str:
+    if key in _DURATIONS and isinstance(value, int):
+        seconds = value / SECOND_NS
+        return json.dumps(f"{seconds:g}s")
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        # HCL interpolates ${...}; Nomad's own ${NOMAD_*} must reach Nomad, so it is kept
+        # as is (Nomad's HCL parser leaves unknown variables to the runtime).
+        return json.dumps(value).replace("%{", "%%{")
+    if isinstance(value, list):
+        return "[" + ", ".join(_hcl_value(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def _hcl_body(obj: Mapping[str, Any], indent: int, verbatim: bool = False) -> list[str]:
+    pad = "  " * indent
+    lines: list[str] = []
+    for key, value in obj.items():
+        if verbatim:
+            lines.append(
+                f"{pad}{json.dumps(key) if not key.isidentifier() else key} = {_hcl_value(value)}"
+            )
+            continue
+        if key in _BLOCKS:
+            block = _BLOCKS[key]
+            items = value if isinstance(value, list) else [value]
+            for item in items:
+                item = dict(item)
+                label = ""
+                if block in _LABELLED:
+                    label = " " + json.dumps(item.pop("Name"))
+                lines.append(f"{pad}{block}{label} {{")
+                lines += _hcl_body(item, indent + 1, verbatim=key in _VERBATIM)
+                lines.append(f"{pad}}}")
+            continue
+        if key in {"ID"}:
+            continue  # the job's label
+        lines.append(f"{pad}{_snake(key)} = {_hcl_value(value, key)}")
+    return lines
+
+
+def job_hcl(job: Mapping[str, Any]) -> str:
+    """``job`` as an HCL2 jobspec (``nomad job run`` accepts it as it is)."""
+    body = dict(job)
+    lines = [f"job {json.dumps(body['ID'])} {{"]
+    lines += _hcl_body(body, 1)
+    lines.append("}")
+    return "\n".join(lines) + "\n"
