@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -33,6 +34,8 @@ from coach_stream.core import RunSpec, TaskSpec, TaskState, TaskStatus
 from coach_stream.errors import OrchestratorError, ServiceUnavailableError
 from coach_stream.orchestrators.nomad_job import NomadJobSettings, build_job, job_id
 from coach_stream.orchestrators.state import RunRecord, RunState, TaskRecord
+from coach_stream.transport.settings import KafkaSettings, RunTopics
+from coach_stream.transport.telemetry import TelemetryReader
 
 T = TypeVar("T")
 _ALLOC_NAME = re.compile(r"^.*\.(?P<group>[A-Za-z0-9_-]+)\[(?P<index>\d+)\]$")
@@ -120,8 +123,10 @@ class NomadOrchestrator:
         job_settings: NomadJobSettings | None = None,
         *,
         start_timeout_s: float = 300.0,
+        telemetry: KafkaSettings | None = None,
     ) -> None:
         self.connection = connection
+        self.telemetry = telemetry
         self.job_settings = job_settings or NomadJobSettings(
             namespace=connection.namespace, region=connection.region
         )
@@ -326,6 +331,22 @@ class NomadOrchestrator:
                 return True
         return False
 
+    def task_lines(self, run_id: str) -> TelemetryLines:
+        """The tasks' events from the run's telemetry topic, as the JSON lines they printed
+        (``launcher.follow`` reads a Nomad run exactly as a local one)."""
+        if self.telemetry is None:
+            raise OrchestratorError(
+                "following a Nomad run needs the Kafka address; pass --kafka or set "
+                "KAFKA_BOOTSTRAP_SERVERS."
+            )
+        return TelemetryLines(TelemetryReader(self.telemetry, RunTopics.for_run(run_id)))
+
+    def wait(self, run_id: str, timeout: float) -> RunState:
+        """Until no allocation runs any more; ``TimeoutError`` after ``timeout`` seconds."""
+        if not self.wait_ended(run_id, timeout):
+            raise TimeoutError(f"run {run_id} still running on Nomad after {timeout:.0f} s")
+        return self.record(run_id).state
+
     # ------------------------------------------------------------------ helpers
 
     def _find_job(self, the_id: str) -> dict[str, Any] | None:
@@ -367,6 +388,19 @@ class NomadOrchestrator:
             for alloc in _latest(stubs).values()
             if alloc.get("DesiredStatus") == "run" or alloc["ClientStatus"] != "pending"
         }
+
+
+class TelemetryLines:
+    """``launcher.TaskLines`` over a ``TelemetryReader``: each event as its JSON line."""
+
+    def __init__(self, reader: TelemetryReader) -> None:
+        self.reader = reader
+
+    def poll(self) -> list[tuple[str, str]]:
+        return [(task, json.dumps(event)) for task, event in self.reader.poll(0.0)]
+
+    def close(self) -> None:
+        self.reader.close()
 
 
 def _text(error: nomad_errors.BaseNomadException) -> str:
