@@ -9,14 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from nomad_double import NomadDouble, check_job
+from nomad_double.fixtures import MakeDouble
 
 from coach_stream.core import RunSpec, TaskSpec, TaskState
 from coach_stream.errors import OrchestratorError, ServiceUnavailableError
 from coach_stream.orchestrators import LaunchSettings, build_run_spec
 from coach_stream.orchestrators.nomad import NomadConnection, NomadOrchestrator
 from coach_stream.orchestrators.nomad_job import NomadJobSettings, build_job, job_id
-from nomad_double import NomadDouble, check_job
-from nomad_double.fixtures import MakeDouble
 
 # A stand-in task: says who it is (and the secret it was given), then waits to be stopped.
 TASK = (
@@ -155,7 +155,7 @@ def test_a_wrong_token_and_a_stopped_agent_are_named(nomad_double_factory: MakeD
     address = double.address
     double.stop()
     gone = NomadOrchestrator(NomadConnection(address=address))
-    with pytest.raises(ServiceUnavailableError, match="connection refused.*NOMAD_ADDR"):
+    with pytest.raises(ServiceUnavailableError, match=r"connection refused.*NOMAD_ADDR"):
         gone.status("anything")
 
 
