@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import tempfile
 import threading
@@ -172,6 +173,22 @@ class NomadDouble:
         runner = self.cluster.allocations[alloc_id].tasks[task]
         path = runner.log_path(kind)
         return path.read_text() if path.exists() else ""
+
+    def secrets_in_jobs(self, *secrets: str) -> list[str]:
+        """Where any of ``secrets`` appears in a job: every job body ever sent (register,
+        validate) and every stored job. ``[]`` = credentials stayed in Variables, out of
+        ``nomad job inspect``."""
+        found: list[str] = []
+        sent = [
+            (f"{r.method} {r.path}", r.body)
+            for r in list(self.requests)
+            if r.path.startswith(("/v1/job", "/v1/validate/job")) and r.body is not None
+        ]
+        stored = [(f"stored job {job_id}", record.job) for job_id, record in self.jobs.items()]
+        for where, body in sent + stored:
+            text = json.dumps(body)
+            found.extend(f"{where} contains {secret!r}" for secret in secrets if secret in text)
+        return found
 
     # -- what tests do ------------------------------------------------------------------------
 

@@ -896,6 +896,8 @@ def test_a_coach_stream_shaped_job_is_accepted_and_runs(nomad_double_factory: Ma
     )
     api.job.register_job("coach-stream-full", body)
     nomad_double.wait_until(lambda: running(nomad_double, "coach-stream-full", 4), what="4 running")
+    assert nomad_double.secrets_in_jobs("s3cr3t-pw") == []  # the password stayed in the Variable
+    assert nomad_double.secrets_in_jobs("kafka:9092") != []  # (the scan does find things)
     stored = api.job.get_job("coach-stream-full")
     trainer = next(g for g in stored["TaskGroups"] if g["Name"] == "trainer")
     assert trainer["Tasks"][0]["Resources"]["Devices"] == [{"Name": "nvidia/gpu", "Count": 1}]
