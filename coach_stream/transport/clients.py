@@ -56,8 +56,10 @@ class RateLimitedLog:
         target: logging.Logger,
         interval_s: float = INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
+        prefix: str = "kafka: ",
     ) -> None:
         self.target, self.interval_s, self.clock = target, interval_s, clock
+        self.prefix = prefix
         self._lock = threading.Lock()
         self._seen: dict[tuple[int, str], tuple[float, int]] = {}  # key -> (last shown, held)
         self.suppressed = 0  # lines held back so far, for tests and stats
@@ -87,7 +89,7 @@ class RateLimitedLog:
             self._seen[seen] = (now, 0)
         if held:
             text += f" (+{held} similar in the last {now - last:.0f} s)"  # type: ignore[operator]
-        self.target.log(level, "kafka: %s", text)
+        self.target.log(level, "%s%s", self.prefix, text)
 
     def _forget(self, now: float) -> None:
         """Drop keys not shown for an interval; a flood of distinct ones clears everything."""

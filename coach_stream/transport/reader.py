@@ -33,6 +33,9 @@ from coach_stream.transport.settings import KafkaSettings, RunTopics
 from coach_stream.transport.writer import KafkaRecordProducer
 
 log = logging.getLogger(__name__)
+# A producer gone wrong can send thousands of bad records: one line per kind of reason
+# (digits aside) every 30 s, with the count held back; the stats count every one.
+_dead_letter_log = clients.RateLimitedLog(log, prefix="")
 
 Start = Literal["earliest", "committed"]
 
@@ -202,7 +205,8 @@ class KafkaExperienceReader(ClosingContext):
         self.stats.dead_lettered += 1
         self.stats.invalid += invalid
         reason = str(error)
-        log.warning(
+        _dead_letter_log.log(
+            logging.WARNING,
             "dead-lettering %s[%s]@%s: %s",
             message.topic(),
             message.partition(),
