@@ -892,11 +892,14 @@ def test_a_coach_stream_shaped_job_is_accepted_and_runs(nomad_double_factory: Ma
     assert check_job(body["Job"]) == []
     api = client(nomad_double)
     api.variable.create_variable(
-        "nomad/jobs/coach-stream-full", {"Items": {"kafka_password": "pw"}}
+        "nomad/jobs/coach-stream-full", {"Items": {"kafka_password": "s3cr3t-pw"}}
     )
     api.job.register_job("coach-stream-full", body)
     nomad_double.wait_until(lambda: running(nomad_double, "coach-stream-full", 4), what="4 running")
     assert nomad_double.secrets_in_jobs("s3cr3t-pw") == []  # the password stayed in the Variable
+    trainer_alloc = nomad_double.allocation("coach-stream-full", "trainer", 0)
+    rendered = trainer_alloc.alloc_dir / "trainer" / "secrets" / "creds.env"
+    assert rendered.read_text() == "KAFKA_SASL_PASSWORD=s3cr3t-pw\n"  # but reached the task
     assert nomad_double.secrets_in_jobs("kafka:9092") != []  # (the scan does find things)
     stored = api.job.get_job("coach-stream-full")
     trainer = next(g for g in stored["TaskGroups"] if g["Name"] == "trainer")
