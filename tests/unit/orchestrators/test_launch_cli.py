@@ -21,7 +21,8 @@ FAST = SupervisorConfig(initial_backoff_s=0.1, poll_interval_s=0.02, stop_grace_
 TRAINER = """
 import json, time
 for step in (100, 200):
-    print(json.dumps({"event": "progress", "env_steps": step, "policy_version": step // 100}))
+    print(json.dumps({"event": "progress", "time/env_steps": step,
+                      "time/policy_version": step // 100}))
     time.sleep(0.05)
 print("some human log line", flush=True)
 print(json.dumps({"event": "finished", "reason": "target_reached", "final_version": 2,
