@@ -86,6 +86,14 @@ class NomadJobSettings:
             raise ConfigError("--secrets-var is empty; give a Nomad Variable path.")
 
 
+def job_env(kafka_bootstrap: str, gcs_emulator: str | None) -> dict[str, str]:
+    """The Kafka and GCS addresses as task environment (what the CLI options also read)."""
+    env = {"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap}
+    if gcs_emulator:
+        env["STORAGE_EMULATOR_HOST"] = gcs_emulator
+    return env
+
+
 def _flag(argv: Sequence[str], name: str) -> str | None:
     for i, arg in enumerate(argv[:-1]):
         if arg == name:
