@@ -27,7 +27,7 @@ class BehaviourCloning:
         loss.backward()
         self.optimizer.step()
         accuracy = (logits.argmax(-1) == batch["actions"]).float().mean()
-        return {"train/loss": float(loss), "train/accuracy": float(accuracy)}
+        return {"train/loss": loss.item(), "train/accuracy": accuracy.item()}
 
     def policy_state(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().clone() for k, v in self.net.state_dict().items()}

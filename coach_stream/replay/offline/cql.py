@@ -47,7 +47,7 @@ class DiscreteCQL:
         self.steps += 1
         if self.steps % self.config.target_update_every == 0:
             self.target.load_state_dict(self.q.state_dict())
-        return {"train/loss": float(loss), "train/td": float(td), "train/cql": float(penalty)}
+        return {"train/loss": loss.item(), "train/td": td.item(), "train/cql": penalty.item()}
 
     def policy_state(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().clone() for k, v in self.q.state_dict().items()}
