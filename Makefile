@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test unit check stack-up stack-down demo bench-quick clean
+.PHONY: setup test test-containers kafka-image unit check stack-up stack-down demo bench-quick clean
 
 # A virtual environment with the package and its dev tools. pip's cache keeps torch (large)
 # from being downloaded twice; the stamp keeps a second `make` from reinstalling at all.
@@ -20,6 +20,16 @@ $(STAMP): pyproject.toml
 # it afterwards only if this command started it.
 test: setup
 	bash scripts/with-stack.sh $(BIN)/pytest tests -q
+
+# The Kafka integration suites against testcontainers Kafka (docs/testing.md): uses the
+# engine at DOCKER_HOST, or installs/starts the project's own and stops it afterwards;
+# builds or reuses the offline image coach-stream/kafka:4.4.0.
+test-containers: setup
+	bash scripts/test-containers.sh
+
+# The offline-built Kafka image alone (cached: seconds when nothing changed).
+kafka-image: setup
+	bash scripts/build-kafka-image.sh
 
 unit: setup
 	$(BIN)/pytest tests/unit -q -m "not slow"

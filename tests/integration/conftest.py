@@ -1,20 +1,29 @@
-"""Session fixtures for the real services: one broker and one GCS emulator per test session.
+"""Session fixtures for the real services: one Kafka and one GCS emulator per test session.
 
-``kafka_bootstrap``: ``KAFKA_BOOTSTRAP_SERVERS`` when set; else a testcontainers
-``KafkaContainer`` (KRaft) when a Docker engine answers and already has the image; else the
-local stack's broker (``coach-stream stack``), started if needed and stopped at the end if
-this session started it. ``gcs_endpoint``: ``STORAGE_EMULATOR_HOST`` when set, else the
-stack's fake-gcs-server.
+Which Kafka a session uses is explicit (docs/testing.md):
 
-With ``COACH_STREAM_REQUIRE_SERVICES=1`` (set by ``.ci/run``) a service that cannot start
-fails the run; otherwise its tests are skipped with the reason.
+- ``COACH_STREAM_KAFKA=testcontainers``: a throwaway broker container (testcontainers, host
+  networking, a free port on 127.0.0.1), from ``COACH_STREAM_KAFKA_IMAGE`` (default the
+  official ``apache/kafka`` image; CI sets the offline-built ``coach-stream/kafka:4.4.0``),
+  removed at the end of the session even when it fails;
+- ``COACH_STREAM_KAFKA=stack``: the local stack's broker (``coach-stream stack``), started if
+  needed and stopped at the end if this session started it;
+- neither, with ``KAFKA_BOOTSTRAP_SERVERS`` set: that broker;
+- nothing set: testcontainers when a Docker engine answers and has (or can pull) the image,
+  else the local stack.
+
+``gcs_endpoint``: ``STORAGE_EMULATOR_HOST`` when set, else the stack's fake-gcs-server.
+With ``COACH_STREAM_REQUIRE_SERVICES=1`` (set by ``.ci/run``) a chosen service that cannot
+start fails the run instead of being skipped or replaced; otherwise its tests are skipped
+with the reason.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import pytest
 from google.auth.credentials import AnonymousCredentials
@@ -22,8 +31,33 @@ from google.cloud import storage
 
 from coach_stream.errors import CoachStreamError
 from coach_stream.stack import LocalStack, default_cache_dir
+from coach_stream.testing import kafka_container
 
-KAFKA_IMAGE = "confluentinc/cp-kafka:7.6.0"
+KAFKA_CHOICES = ("testcontainers", "stack")
+
+
+def kafka_choice() -> str:
+    """testcontainers, stack, explicit (KAFKA_BOOTSTRAP_SERVERS) or auto."""
+    choice = os.environ.get("COACH_STREAM_KAFKA", "").strip().lower()
+    if choice:
+        return choice
+    return "explicit" if os.environ.get("KAFKA_BOOTSTRAP_SERVERS") else "auto"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    choice = os.environ.get("COACH_STREAM_KAFKA", "").strip().lower()
+    if choice and choice not in KAFKA_CHOICES:
+        raise pytest.UsageError(
+            f"COACH_STREAM_KAFKA={choice!r} is not one of {', '.join(KAFKA_CHOICES)}; "
+            "set one of those or unset it"
+        )
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    choice = kafka_choice()
+    if choice in ("testcontainers", "auto"):
+        return f"kafka: {choice} (image {kafka_container.env_image()})"
+    return f"kafka: {choice}"
 
 
 def _unavailable(what: str, why: object) -> None:
@@ -43,42 +77,86 @@ def local_stack() -> Iterator[LocalStack]:
         stack.down()
 
 
-def _docker_kafka() -> Iterator[str] | None:
-    """A testcontainers broker, only if a Docker engine answers and already has the image."""
+def _testcontainers_ready() -> str | None:
+    """None when a Docker engine answers and has, or can pull, the image; else why not."""
+    why = kafka_container.docker_answers()
+    if why is None:
+        why = kafka_container.ensure_image(kafka_container.env_image())
+    return why
+
+
+@dataclass(frozen=True)
+class KafkaService:
+    """The session's Kafka: where it is, and how this session restarts it (when it can)."""
+
+    bootstrap: str
+    restart: Callable[[], None] | None
+    cannot_restart: str = ""
+
+
+def _testcontainers_kafka() -> Iterator[KafkaService]:
+    """One broker container for the session; removed at the end, even when the session fails."""
+    if why := _testcontainers_ready():
+        _unavailable("Kafka (COACH_STREAM_KAFKA=testcontainers)", why)
+    if note := kafka_container.configure_reaper():
+        print(f"\n{note}")
+    kafka_container.remove_orphans()
+    cluster = kafka_container.KafkaCluster(kafka_container.env_image())
     try:
-        import docker
-
-        client = docker.from_env(timeout=3)
-        client.ping()
-        client.images.get(KAFKA_IMAGE)
-    except Exception:
-        return None
-    from testcontainers.kafka import KafkaContainer
-
-    def run() -> Iterator[str]:
-        with KafkaContainer(KAFKA_IMAGE).with_kraft() as container:
-            yield container.get_bootstrap_server()
-
-    return run()
+        cluster.start()
+    except kafka_container.KafkaContainerError as error:
+        _unavailable("Kafka (COACH_STREAM_KAFKA=testcontainers)", error)
+    try:
+        yield KafkaService(cluster.bootstrap_servers, lambda: cluster.restart(0))
+    finally:
+        cluster.stop()
 
 
-@pytest.fixture(scope="session")
-def kafka_bootstrap(request: pytest.FixtureRequest) -> Iterator[str]:
-    if explicit := os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
-        yield explicit
-        return
-    container = _docker_kafka()
-    if container is not None:
-        yield from container
-        return
-    stack: LocalStack = request.getfixturevalue("local_stack")
+def _stack_kafka(stack: LocalStack) -> Iterator[KafkaService]:
     try:
         stack.up(kafka_enabled=True, gcs_enabled=False)
     except CoachStreamError as error:
-        _unavailable("Kafka", error)
+        _unavailable("Kafka (the local stack)", error)
     bootstrap = stack.kafka_bootstrap()
     assert bootstrap is not None
-    yield bootstrap
+
+    def restart() -> None:
+        stack.stop_kafka()
+        assert not any(s.healthy for s in stack.status() if s.name.startswith("kafka"))
+        stack.up(kafka_enabled=True, gcs_enabled=False)
+
+    yield KafkaService(bootstrap, restart)
+
+
+@pytest.fixture(scope="session")
+def kafka_service(request: pytest.FixtureRequest) -> Iterator[KafkaService]:
+    choice = kafka_choice()
+    if choice == "testcontainers" or (choice == "auto" and _testcontainers_ready() is None):
+        yield from _testcontainers_kafka()
+    elif choice == "explicit":
+        explicit = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
+        stack: LocalStack = request.getfixturevalue("local_stack")
+        if stack.kafka_bootstrap() == explicit:  # the stack's broker, exported by `stack env`
+            yield from _stack_kafka(stack)
+        else:
+            yield KafkaService(
+                explicit, None, "the broker at KAFKA_BOOTSTRAP_SERVERS is not this session's"
+            )
+    else:
+        yield from _stack_kafka(request.getfixturevalue("local_stack"))
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_service: KafkaService) -> str:
+    return kafka_service.bootstrap
+
+
+@pytest.fixture
+def restart_kafka(kafka_service: KafkaService) -> Callable[[], None]:
+    """Stop the session's broker and start it again on the same address, data kept."""
+    if kafka_service.restart is None:
+        pytest.skip(kafka_service.cannot_restart)
+    return kafka_service.restart
 
 
 @pytest.fixture(scope="session")

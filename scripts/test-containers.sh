@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# `make test-containers`: the Kafka integration suites against testcontainers Kafka.
+#
+# Uses the Docker engine at DOCKER_HOST when one answers; otherwise starts the project's own
+# (scripts/docker-engine.sh, installing docker.io when missing) and stops it at the end, even
+# when the tests fail. Builds or reuses coach-stream/kafka:4.4.0 unless COACH_STREAM_KAFKA_IMAGE
+# names another image. GCS comes from STORAGE_EMULATOR_HOST or the local stack's emulator (the
+# fixtures start it and stop it again if they started it). Fails when any test is skipped or
+# when a container is left behind (`docker ps -a` must be empty on an engine started here).
+# Extra arguments go to pytest.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+docker_cli() { if [ -x /usr/bin/docker ]; then /usr/bin/docker "$@"; else docker "$@"; fi; }
+
+engine_started=no
+report="$(mktemp -d)"
+cleanup() {
+  if [ "$engine_started" = yes ]; then scripts/docker-engine.sh down; fi
+  rm -rf "$report"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+if ! docker_cli version >/dev/null 2>&1; then
+  eval "$(scripts/docker-engine.sh env)"
+  if ! docker_cli version >/dev/null 2>&1; then
+    scripts/docker-engine.sh up || exit 1
+    engine_started=yes
+  fi
+fi
+echo "test-containers: Docker engine at ${DOCKER_HOST:-the default socket}"
+
+if [ -z "${COACH_STREAM_KAFKA_IMAGE:-}" ]; then
+  start=$SECONDS
+  COACH_STREAM_KAFKA_IMAGE="$(scripts/build-kafka-image.sh)" || exit 1
+  echo "test-containers: image $COACH_STREAM_KAFKA_IMAGE ready in $((SECONDS - start)) s"
+fi
+export COACH_STREAM_KAFKA_IMAGE
+export COACH_STREAM_KAFKA=testcontainers COACH_STREAM_REQUIRE_SERVICES=1
+unset KAFKA_BOOTSTRAP_SERVERS
+
+# The suites that talk to Kafka, one training end-to-end, and the three-broker fault test.
+.venv/bin/pytest -p no:cacheprovider -q -rs --junitxml="$report/junit.xml" \
+  tests/integration/test_services.py \
+  tests/integration/test_transport.py \
+  tests/integration/test_control.py \
+  tests/integration/test_checkpoints_gcs.py \
+  "tests/integration/test_training_e2e.py::test_cartpole_ppo_sync_solves_through_the_cli_with_gcs_checkpoints" \
+  tests/integration/test_cluster.py \
+  "$@"
+status=$?
+
+# Passed means ran: a skipped test here is a testcontainers path that was not taken.
+skipped="$(.venv/bin/python -c 'import sys, xml.etree.ElementTree as ET; r = ET.parse(sys.argv[1]).getroot(); print(sum(int(s.get("skipped", 0)) for s in r.iter("testsuite")))' "$report/junit.xml" 2>/dev/null || echo unknown)"
+if [ "$skipped" != 0 ]; then
+  echo "test-containers: $skipped test(s) skipped; every test here must run against testcontainers Kafka" >&2
+  [ "$status" = 0 ] && status=1
+fi
+
+# Nothing may be left behind: on our own engine, no container at all; on a user's engine,
+# none of ours.
+if [ "$engine_started" = yes ]; then filter=(); else filter=(--filter label=io.coachstream.testcontainers); fi
+left="$(docker_cli ps -aq "${filter[@]}")"
+if [ -n "$left" ]; then
+  echo "test-containers: containers left behind after the run:" >&2
+  docker_cli ps -a "${filter[@]}" >&2
+  # shellcheck disable=SC2086
+  docker_cli rm -f $left >/dev/null
+  [ "$status" = 0 ] && status=1
+else
+  echo "test-containers: docker ps -a: no containers left"
+fi
+exit "$status"
