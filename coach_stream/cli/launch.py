@@ -7,6 +7,7 @@ of a running ``coach-stream stack``; everything below receives explicit settings
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import signal
@@ -22,6 +23,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from coach_stream.cli import nomad as nomad_cli
 from coach_stream.cli.options import (
     DEFAULT_STATE_DIR,
     CheckpointsOption,
@@ -42,6 +44,7 @@ from coach_stream.orchestrators import (
     warm_supervisor,
 )
 from coach_stream.orchestrators.launcher import (
+    FollowableOrchestrator,
     RunOutcome,
     UpdateCallback,
     discard_launch,
@@ -49,6 +52,7 @@ from coach_stream.orchestrators.launcher import (
     prepare_topics,
     validate_launch,
 )
+from coach_stream.orchestrators.nomad_job import job_id as nomad_job_id
 from coach_stream.orchestrators.progress import LogFollower, RunProgress, read_progress
 from coach_stream.orchestrators.state import RunRecord
 from coach_stream.stack import LocalStack, default_cache_dir
@@ -68,7 +72,15 @@ StateDirOption = typer.Option(
 
 
 OrchestratorOption = typer.Option(
-    OrchestratorKind.local, "--orchestrator", help="Who runs the processes (nomad: later)."
+    OrchestratorKind.local,
+    "--orchestrator",
+    help="Who runs the processes: local subprocesses or a Nomad job (NOMAD_ADDR, ...).",
+)
+WhichOrchestratorOption = typer.Option(
+    None,
+    "--orchestrator",
+    help="Where the run is (default: local if this state dir has it, else nomad when "
+    "NOMAD_ADDR or --nomad-addr is set).",
 )
 
 
@@ -112,7 +124,7 @@ def render(
     return table
 
 
-def _print_outcome(outcome: RunOutcome, orchestrator: LocalOrchestrator) -> None:
+def _print_outcome(outcome: RunOutcome, logs_hint: str) -> None:
     """The result on stdout, one fact per line (scripts grep these; no wrapping)."""
     progress = outcome.progress
     how = "timed out" if outcome.timed_out else (outcome.reason or str(outcome.state))
@@ -126,7 +138,7 @@ def _print_outcome(outcome: RunOutcome, orchestrator: LocalOrchestrator) -> None
             f"final evaluation: mean return {progress.mean_eval_return:.1f} over the last "
             f"{progress.eval_episodes} episodes"
         )
-    lines.append(f"logs: {orchestrator.run_dir(outcome.run_id).logs_dir}")
+    lines.append(f"logs: {logs_hint}")
     for line in lines:
         typer.echo(line)
 
@@ -152,16 +164,31 @@ def launch(
         help="How long the experience topic keeps data: forever, 7d, 50GiB, 30d,100GiB "
         "(default: the preset's experience_retention).",
     ),
+    dry_run: bool = nomad_cli.DryRunOption,
+    job_format: nomad_cli.JobFormat = nomad_cli.FormatOption,
+    nomad_addr: str | None = nomad_cli.NomadAddrOption,
+    nomad_token: str | None = nomad_cli.NomadTokenOption,
+    nomad_namespace: str | None = nomad_cli.NomadNamespaceOption,
+    nomad_region: str | None = nomad_cli.NomadRegionOption,
+    driver: nomad_cli.Driver = nomad_cli.DriverOption,
+    image: str | None = nomad_cli.ImageOption,
+    python: str | None = nomad_cli.PythonOption,
+    datacenters: list[str] = nomad_cli.DatacenterOption,
+    secrets_var: str | None = nomad_cli.SecretsVarOption,
+    trainer_gpus: int = nomad_cli.TrainerGpusOption,
+    start_timeout: float = nomad_cli.StartTimeoutOption,
 ) -> None:
     """Start a trainer, N rollout workers and an evaluator, and follow them to the end.
 
     Exit code 0 when the target return was reached, 1 when the run ended without it,
     2 for bad input (nothing is started), 130 when interrupted.
     """
-    if orchestrator_kind is OrchestratorKind.nomad:
-        raise OrchestratorError(
-            "The nomad orchestrator is not implemented yet; use --orchestrator local."
-        )
+    nomad_flags = nomad_cli.NomadFlags(
+        nomad_addr, nomad_token, nomad_namespace, nomad_region, driver, image, python,
+        tuple(datacenters), secrets_var, trainer_gpus, start_timeout, dry_run, job_format,
+    )  # fmt: skip
+    if dry_run and orchestrator_kind is not OrchestratorKind.nomad:
+        raise ConfigError("--dry-run prints a Nomad job; add --orchestrator nomad.")
     # librdkafka's own lines (a refused connection, "all brokers down") repeat what the one
     # error line of a failed check says; the tasks still log them, into their log files.
     from coach_stream.transport.clients import log as librdkafka_log
@@ -175,6 +202,9 @@ def launch(
     plan = _plan(
         preset, workers, run_id, checkpoints, kafka, gcs_emulator, seed, overrides, state_dir
     )
+    if orchestrator_kind is OrchestratorKind.nomad:
+        _launch_on_nomad(plan, nomad_flags, detach, timeout)
+        return
     orchestrator = _orchestrator(state_dir)
     _check_run_free(orchestrator, plan)
     _start(orchestrator, plan)
@@ -196,7 +226,72 @@ def launch(
         f"{workers} workers, checkpoints {plan.checkpoints}"
     )
     outcome = _follow_live(orchestrator, settings.run_id, loaded, err, timeout)
-    _print_outcome(outcome, orchestrator)
+    _print_outcome(outcome, str(orchestrator.run_dir(outcome.run_id).logs_dir))
+    raise typer.Exit(_exit_code(outcome, err))
+
+
+def _launch_on_nomad(
+    plan: _LaunchPlan, flags: nomad_cli.NomadFlags, detach: bool, timeout: float | None
+) -> None:
+    """Register the run's job, wait for its allocations, then follow it from Kafka."""
+    started = time.monotonic()
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    settings = plan.settings
+    if flags.python:
+        settings = dataclasses.replace(settings, python=flags.python)
+    conn = nomad_cli.connection(flags.addr, flags.token, flags.namespace, flags.region)
+    job_settings = nomad_cli.job_settings(
+        flags, conn, settings.kafka_bootstrap, settings.gcs_emulator
+    )
+    from coach_stream.orchestrators.nomad import NomadOrchestrator
+    from coach_stream.transport.settings import KafkaSettings
+
+    orchestrator = NomadOrchestrator(
+        conn,
+        job_settings,
+        start_timeout_s=flags.start_timeout_s,
+        telemetry=KafkaSettings(bootstrap_servers=settings.kafka_bootstrap),
+    )
+    spec = build_run_spec(settings)
+    if flags.dry_run:
+        nomad_cli.print_job(orchestrator.job(spec), flags.job_format)
+        return
+    if settings.checkpoints.startswith("file://"):
+        err.print(
+            f"note: checkpoints in {settings.checkpoints} work on Nomad only when every node "
+            "shares that directory; pass --checkpoints gs://bucket/prefix for a cluster."
+        )
+    validate_launch(settings, plan.preset.env_id)
+    try:
+        prepare_topics(settings, experience_retention=plan.preset.experience_retention)
+        orchestrator.submit(spec)  # waits for every allocation to run; undoes itself on failure
+    except BaseException as error:
+        discard_launch(settings, plan.state_dir)
+        if isinstance(error, KeyboardInterrupt):
+            err.print(f"stopped run {settings.run_id} before it started")
+        raise
+    running_s = time.monotonic() - started
+    run_id = settings.run_id
+    err.print(
+        f"run {run_id}: Nomad job {nomad_job_id(run_id)} registered, "
+        f"{len(spec.tasks)} allocations running after {running_s:.1f} s"
+    )
+    hint = f"coach-stream logs {run_id} --orchestrator nomad --task trainer"
+    if detach:
+        err.print(f"  coach-stream status {run_id} --orchestrator nomad   |   {hint}")
+        err.print(
+            f"  coach-stream scale {run_id} --workers N   |   coach-stream stop {run_id} --purge"
+        )
+        typer.echo(run_id)
+        return
+    loaded = plan.preset
+    err.print(
+        f"run {run_id}: {loaded.env_id} {loaded.algorithm} ({loaded.mode}), "
+        f"{settings.workers} workers on Nomad, checkpoints {plan.checkpoints}"
+    )
+    outcome = _follow_live(orchestrator, run_id, loaded, err, timeout)
+    _print_outcome(outcome, hint)
+    err.print(f"launch to solved/ended: {time.monotonic() - started:.1f} s")
     raise typer.Exit(_exit_code(outcome, err))
 
 
@@ -286,7 +381,7 @@ def _exit_code(outcome: RunOutcome, err: Console) -> int:
 
 
 def _follow_live(
-    orchestrator: LocalOrchestrator,
+    orchestrator: FollowableOrchestrator,
     run_id: str,
     preset: Preset,
     err: Console,
@@ -324,7 +419,7 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def _follow_interruptible(
-    orchestrator: LocalOrchestrator,
+    orchestrator: FollowableOrchestrator,
     run_id: str,
     preset: Preset,
     update: UpdateCallback,
@@ -348,8 +443,25 @@ def status(
     run_id: str | None = typer.Argument(None, help="A run id; without it, list the runs."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead."),
     state_dir: Path = StateDirOption,
+    orchestrator_kind: OrchestratorKind | None = WhichOrchestratorOption,
+    kafka: str | None = KafkaOption,
+    nomad_addr: str | None = nomad_cli.NomadAddrOption,
+    nomad_token: str | None = nomad_cli.NomadTokenOption,
+    nomad_namespace: str | None = nomad_cli.NomadNamespaceOption,
+    nomad_region: str | None = nomad_cli.NomadRegionOption,
 ) -> None:
-    """Show a run's tasks (state, pid, restarts) and its latest figures."""
+    """Show a run's tasks (state, pid, restarts) and its latest figures.
+
+    For a run on Nomad the figures come from the run's telemetry topic on Kafka, so this
+    works from any machine that reaches Nomad and the broker.
+    """
+    if run_id is not None and _on_nomad(orchestrator_kind, state_dir, run_id, nomad_addr):
+        kafka = kafka or LocalStack(default_cache_dir()).kafka_bootstrap()
+        on_nomad = nomad_cli.orchestrator_for(
+            nomad_addr, nomad_token, nomad_namespace, nomad_region, kafka
+        )
+        nomad_cli.status(on_nomad, run_id, as_json, render)
+        return
     orchestrator = _orchestrator(state_dir)
     out = Console(highlight=False)
     if run_id is None:
@@ -406,8 +518,20 @@ def logs(
         False, "--follow", "-f", help="Keep printing until the run ends."
     ),
     state_dir: Path = StateDirOption,
+    orchestrator_kind: OrchestratorKind | None = WhichOrchestratorOption,
+    nomad_addr: str | None = nomad_cli.NomadAddrOption,
+    nomad_token: str | None = nomad_cli.NomadTokenOption,
+    nomad_namespace: str | None = nomad_cli.NomadNamespaceOption,
+    nomad_region: str | None = nomad_cli.NomadRegionOption,
 ) -> None:
-    """Print a run's logs: one task's, or all tasks' prefixed with [task]."""
+    """Print a run's logs: one task's, or all tasks' prefixed with [task] (on Nomad: each
+    allocation's stderr then stdout, through the API)."""
+    if _on_nomad(orchestrator_kind, state_dir, run_id, nomad_addr):
+        on_nomad = nomad_cli.orchestrator_for(
+            nomad_addr, nomad_token, nomad_namespace, nomad_region
+        )
+        nomad_cli.logs(on_nomad, run_id, task, follow_logs)
+        return
     orchestrator = _orchestrator(state_dir)
     if not follow_logs:
         for line in orchestrator.logs(run_id, task):
@@ -434,12 +558,41 @@ def logs(
 def stop(
     run_id: str = typer.Argument(..., help="The run id."),
     state_dir: Path = StateDirOption,
+    purge: bool = typer.Option(
+        False, "--purge", help="nomad: also remove the job from Nomad (nothing left to inspect)."
+    ),
+    orchestrator_kind: OrchestratorKind | None = WhichOrchestratorOption,
+    nomad_addr: str | None = nomad_cli.NomadAddrOption,
+    nomad_token: str | None = nomad_cli.NomadTokenOption,
+    nomad_namespace: str | None = nomad_cli.NomadNamespaceOption,
+    nomad_region: str | None = nomad_cli.NomadRegionOption,
 ) -> None:
     """Stop a run: SIGTERM every task, SIGKILL what is left after the grace period."""
+    if _on_nomad(orchestrator_kind, state_dir, run_id, nomad_addr):
+        on_nomad = nomad_cli.orchestrator_for(
+            nomad_addr, nomad_token, nomad_namespace, nomad_region
+        )
+        on_nomad.stop(run_id, purge=purge)
+        on_nomad.wait_ended(run_id, 60.0)
+        gone = " and purged" if purge else ""
+        typer.echo(f"run {run_id}: Nomad job {nomad_job_id(run_id)} stopped{gone}")
+        return
     orchestrator = _orchestrator(state_dir)
     orchestrator.stop(run_id)
     states = ", ".join(f"{s.name} {s.state}" for s in orchestrator.status(run_id))
     typer.echo(f"run {run_id}: {orchestrator.record(run_id).state} ({states})")
+
+
+def _on_nomad(
+    kind: OrchestratorKind | None, state_dir: Path, run_id: str, nomad_addr: str | None
+) -> bool:
+    """Explicit ``--orchestrator``, else local when this state dir has the run, else nomad
+    when a Nomad address is configured."""
+    if kind is not None:
+        return kind is OrchestratorKind.nomad
+    if _orchestrator(state_dir).run_dir(run_id).exists():
+        return False
+    return nomad_cli.nomad_configured(nomad_addr)
 
 
 def register(app: typer.Typer) -> None:

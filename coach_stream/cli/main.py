@@ -25,6 +25,7 @@ COMMAND_MODULES: dict[str, str] = {
     "status": "coach_stream.cli.launch",
     "logs": "coach_stream.cli.launch",
     "stop": "coach_stream.cli.launch",
+    "scale": "coach_stream.cli.nomad",
     "train": "coach_stream.cli.train",
     "rollout": "coach_stream.cli.rollout",
     "replay": "coach_stream.cli.replay",

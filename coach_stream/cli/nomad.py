@@ -1,0 +1,254 @@
+"""The Nomad side of ``launch | status | logs | stop`` and the ``scale`` command.
+
+Only this module (the CLI edge) reads ``NOMAD_ADDR``, ``NOMAD_TOKEN``, ``NOMAD_NAMESPACE``,
+``NOMAD_REGION``, ``NOMAD_CACERT``, ``NOMAD_CLIENT_CERT`` and ``NOMAD_CLIENT_KEY`` (flags
+win), as the ``nomad`` CLI does; ``NomadOrchestrator`` receives an explicit connection.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import typer
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from coach_stream.errors import CoachStreamError, ConfigError, OrchestratorError
+from coach_stream.orchestrators.nomad import NomadConnection, NomadOrchestrator
+from coach_stream.orchestrators.nomad_job import (
+    GroupResources,
+    NomadJobSettings,
+    job_env,
+    job_hcl,
+)
+from coach_stream.orchestrators.progress import RunProgress
+
+
+class JobFormat(enum.StrEnum):
+    json = "json"
+    hcl = "hcl"
+
+
+class Driver(enum.StrEnum):
+    raw_exec = "raw_exec"
+    exec = "exec"
+    docker = "docker"
+
+
+NomadAddrOption = typer.Option(
+    None, "--nomad-addr", help="Nomad's HTTP API (default: NOMAD_ADDR, else 127.0.0.1:4646)."
+)
+NomadTokenOption = typer.Option(None, "--nomad-token", help="ACL token (default: NOMAD_TOKEN).")
+NomadNamespaceOption = typer.Option(
+    None, "--nomad-namespace", help="Namespace (default: NOMAD_NAMESPACE)."
+)
+NomadRegionOption = typer.Option(None, "--nomad-region", help="Region (default: NOMAD_REGION).")
+DryRunOption = typer.Option(False, "--dry-run", help="nomad: print the job and register nothing.")
+FormatOption = typer.Option(
+    JobFormat.json, "--format", help="nomad --dry-run: json (the API's form) or hcl."
+)
+DriverOption = typer.Option(
+    Driver.raw_exec, "--driver", help="nomad: raw_exec, exec or docker (with --image)."
+)
+ImageOption = typer.Option(None, "--image", help="nomad --driver docker: the worker image.")
+PythonOption = typer.Option(
+    None,
+    "--python",
+    help="nomad: the interpreter with coach_stream, on the nodes or in the image "
+    "(default: this one).",
+)
+DatacenterOption = typer.Option(
+    [], "--datacenter", help="nomad: a datacenter to place the run in (repeatable; default all)."
+)
+SecretsVarOption = typer.Option(
+    None,
+    "--secrets-var",
+    help="nomad: a Nomad Variable path whose items become the tasks' environment "
+    "(credentials; never written into the job).",
+)
+TrainerGpusOption = typer.Option(
+    0, "--trainer-gpus", min=0, help="nomad: nvidia/gpu devices for the trainer."
+)
+StartTimeoutOption = typer.Option(
+    300.0, "--start-timeout", min=1.0, help="nomad: how long allocations may take to run."
+)
+
+
+@dataclass(frozen=True)
+class NomadFlags:
+    """The Nomad-only flags of ``launch`` (ignored by the local orchestrator)."""
+
+    addr: str | None = None
+    token: str | None = None
+    namespace: str | None = None
+    region: str | None = None
+    driver: Driver = Driver.raw_exec
+    image: str | None = None
+    python: str | None = None
+    datacenters: tuple[str, ...] = ()
+    secrets_var: str | None = None
+    trainer_gpus: int = 0
+    start_timeout_s: float = 300.0
+    dry_run: bool = False
+    job_format: JobFormat = JobFormat.json
+
+
+def connection(
+    addr: str | None, token: str | None, namespace: str | None, region: str | None
+) -> NomadConnection:
+    """The connection from the flags, falling back to the ``nomad`` CLI's variables."""
+    return NomadConnection.from_env(
+        os.environ, address=addr, token=token, namespace=namespace, region=region
+    )
+
+
+def nomad_configured(addr: str | None) -> bool:
+    return bool(addr or os.environ.get("NOMAD_ADDR"))
+
+
+def job_settings(
+    flags: NomadFlags, conn: NomadConnection, kafka: str, gcs_emulator: str | None
+) -> NomadJobSettings:
+    defaults = NomadJobSettings()
+    resources = dict(defaults.resources)
+    if flags.trainer_gpus:
+        base = resources["trainer"]
+        resources["trainer"] = GroupResources(base.cpu_mhz, base.memory_mb, flags.trainer_gpus)
+    return NomadJobSettings(
+        driver=flags.driver.value,
+        image=flags.image,
+        datacenters=flags.datacenters or defaults.datacenters,
+        namespace=conn.namespace,
+        region=conn.region,
+        env=job_env(kafka, gcs_emulator),
+        secrets_var=flags.secrets_var,
+        resources=resources,
+    )
+
+
+def print_job(job: dict[str, Any], job_format: JobFormat) -> None:
+    """The job on stdout, exactly what would be registered (nothing is)."""
+    if job_format is JobFormat.hcl:
+        typer.echo(job_hcl(job), nl=False)
+    else:
+        typer.echo(json.dumps({"Job": job}, indent=2))
+
+
+def orchestrator_for(
+    addr: str | None,
+    token: str | None,
+    namespace: str | None,
+    region: str | None,
+    kafka: str | None = None,
+) -> NomadOrchestrator:
+    from coach_stream.transport.settings import KafkaSettings
+
+    telemetry = KafkaSettings(bootstrap_servers=kafka) if kafka else None
+    return NomadOrchestrator(connection(addr, token, namespace, region), telemetry=telemetry)
+
+
+def read_progress(orchestrator: NomadOrchestrator, run_id: str) -> RunProgress | str:
+    """The run's progress from its telemetry topic, or why it could not be read."""
+    if orchestrator.telemetry is None:
+        return "no Kafka address (pass --kafka or set KAFKA_BOOTSTRAP_SERVERS)"
+    from coach_stream.transport.settings import RunTopics
+    from coach_stream.transport.telemetry import TelemetryReader
+
+    progress = RunProgress()
+    try:
+        with TelemetryReader(orchestrator.telemetry, RunTopics.for_run(run_id)) as reader:
+            for task, event in reader.read_to_end(10.0):
+                progress.feed_event(task, event)
+    except CoachStreamError as error:
+        return str(error)
+    return progress
+
+
+def status(orchestrator: NomadOrchestrator, run_id: str, as_json: bool, render: Any) -> None:
+    """``coach-stream status RUN`` for a run on Nomad: allocations + telemetry figures."""
+    record = orchestrator.record(run_id)
+    progress = read_progress(orchestrator, run_id)
+    figures = progress if isinstance(progress, RunProgress) else RunProgress()
+    if as_json:
+        typer.echo(json.dumps({
+            "run_id": run_id,
+            "orchestrator": "nomad",
+            "state": record.state.value,
+            "tasks": [
+                {"name": t.spec.name, "state": t.state.value, "restarts": t.restarts,
+                 "exit_code": t.exit_code}
+                for t in record.tasks
+            ],
+            "progress": figures.trainer,
+            "mean_eval_return": figures.mean_eval_return,
+            "finished": figures.finished,
+            "telemetry_error": None if isinstance(progress, RunProgress) else progress,
+        }))  # fmt: skip
+        return
+    out = Console(highlight=False)
+    tasks = Table(title=f"run {run_id} on Nomad — {record.state}")
+    for column in ("task", "state", "restarts", "exit code"):
+        tasks.add_column(column, no_wrap=True)
+    for t in record.tasks:
+        code = "-" if t.exit_code is None else str(t.exit_code)
+        tasks.add_row(t.spec.name, str(t.state), str(t.restarts), code)
+    elapsed = time.time() - record.created_at_ms / 1000
+    table = render(None, figures, record, elapsed)
+    table.title = None
+    parts: list[Table | Text] = [tasks, table]
+    if not isinstance(progress, RunProgress):
+        parts.append(Text(f"progress unavailable: {progress}"))
+    if figures.finished:
+        parts.append(Text(f"finished: {json.dumps(figures.finished)}"))
+    out.print(Group(*parts))
+
+
+def logs(orchestrator: NomadOrchestrator, run_id: str, task: str | None, follow: bool) -> None:
+    if not follow:
+        for line in orchestrator.logs(run_id, task):
+            typer.echo(line)
+        return
+    if task is None:
+        raise ConfigError("--follow on Nomad follows one task; add --task (e.g. --task trainer).")
+    try:
+        for line in orchestrator.follow_logs(run_id, task):
+            typer.echo(line)
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+def scale(
+    run_id: str = typer.Argument(..., help="The run id."),
+    workers: int = typer.Option(..., "--workers", "-n", min=1, max=256, help="Rollout workers."),
+    wait: bool = typer.Option(
+        True, "--wait/--no-wait", help="Return once every rollout allocation runs."
+    ),
+    addr: str | None = NomadAddrOption,
+    token: str | None = NomadTokenOption,
+    namespace: str | None = NomadNamespaceOption,
+    region: str | None = NomadRegionOption,
+) -> None:
+    """Set a Nomad run's rollout worker count (the job's rollout group, Nomad's scale API)."""
+    if not nomad_configured(addr):
+        raise OrchestratorError(
+            "scale works on runs on Nomad; set NOMAD_ADDR or pass --nomad-addr (a local run's "
+            "worker count is fixed at launch)."
+        )
+    orchestrator = orchestrator_for(addr, token, namespace, region)
+    orchestrator.scale(run_id, workers)
+    if wait:
+        orchestrator.wait_running(run_id, orchestrator.start_timeout_s)
+    running = [s.name for s in orchestrator.status(run_id) if s.name.startswith("rollout-")]
+    typer.echo(f"run {run_id}: rollout group scaled to {workers} ({', '.join(running)})")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("scale")(scale)
