@@ -281,6 +281,7 @@ class ReplayReader(ClosingContext):
         self.spans: list[PartitionSpan] = []
         self._consumer: Consumer | None = None
         self._consume_count = 1_000
+        self._steps_per_record = 1  # running estimate, for sizing consume() calls
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -410,8 +411,12 @@ class ReplayReader(ClosingContext):
                     )
                 if kept:
                     # about _CONSUME_BYTES per call: big records (images) come fewer at a time
+                    # and about one batch's records: memory stays O(batch), not O(topic)
                     size = sum(len(m) for m in kept) / len(kept)
-                    self._consume_count = int(min(_CONSUME, max(16, _CONSUME_BYTES // size)))
+                    per_batch = self.batch_transitions // max(1, self._steps_per_record)
+                    self._consume_count = int(
+                        min(_CONSUME, per_batch + 1, max(16, _CONSUME_BYTES // size))
+                    )
                     self.stats.records += len(kept)
                     if self.on_records is not None:
                         self.on_records(len(kept))
@@ -493,6 +498,8 @@ class ReplayReader(ClosingContext):
                 continue
             pending.append(decoded)
             held += decoded.transitions
+            if len(decoded):
+                self._steps_per_record = max(1, decoded.transitions // len(decoded))
             while held >= self.batch_transitions:
                 joined = ChunkBatch.join(pending)
                 reached = np.cumsum(joined.columns.steps) >= self.batch_transitions

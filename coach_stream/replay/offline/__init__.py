@@ -11,7 +11,7 @@ in ``ALGORITHMS``.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 import torch
@@ -32,7 +32,7 @@ class OfflineConfig:
     cql_alpha: float = 1.0
     """CQL's conservative penalty weight (logsumexp Q minus the data's Q)."""
     target_update_every: int = 200
-    network: NetworkConfig = NetworkConfig()
+    network: NetworkConfig = field(default_factory=NetworkConfig)
 
 
 class OfflineAlgorithm(Protocol):
