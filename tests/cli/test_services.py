@@ -217,3 +217,33 @@ def test_status_of_a_finished_run_needs_no_services(
     assert env_without_services.code == 0
     assert '"state": "stopped"' in env_without_services.stdout
     assert ws.run("stop", run_id, *state).code == 0
+
+
+@pytest.mark.slow
+def test_a_solved_run_exits_0_and_its_run_id_cannot_be_reused(
+    ws: Workspace, services: Services, run_id: str, run_topics: Callable[[str], list[str]]
+) -> None:
+    """The issue's case: after a finished run R, a new state dir and `launch --run-id R`
+    reported "target_reached after 2.5 s", exit 0, having trained nothing."""
+    from coach_stream.transport.admin import delete_run_topics
+    from coach_stream.transport.settings import KafkaSettings, RunTopics
+
+    checkpoints = ws.cwd / "ckpt"
+    try:
+        launcher = _start_launch(ws, services, run_id, "--checkpoints", str(checkpoints))
+        out, err = launcher.communicate(timeout=600)
+        assert launcher.returncode == 0, err
+        assert f"run {run_id}: target_reached after" in out
+        assert processes_mentioning(run_id) == []
+
+        ws.state_dir = ws.cwd / "another-state-dir"
+        again = ws.launch(
+            "cartpole-ppo", "--run-id", run_id, "--kafka", services.kafka,
+            "--checkpoints", str(checkpoints),
+        )  # fmt: skip
+        refused(again, says=f"Run id {run_id!r} is already used in Kafka")
+        assert ws.run_dirs() == []
+    finally:
+        kafka = KafkaSettings(bootstrap_servers=services.kafka)
+        delete_run_topics(kafka, RunTopics.for_run(run_id))
+    assert run_topics(run_id) == []
