@@ -401,9 +401,26 @@ class TaskRunner:
 
     @staticmethod
     def _kill_group(pgid: int) -> None:
-        # Children left in the task's group die with it (Nomad's executor cleans up the same way).
+        """SIGKILL what is left in the task's group (Nomad's executor cleans up the same way)
+        and return once it is gone, so a terminal task really has no process left."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
+        deadline = time.monotonic() + 2.0
+        while group_members(pgid) and time.monotonic() < deadline:
+            time.sleep(0.005)  # SIGKILL is delivered asynchronously; this is a bounded wait
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of a process group, from /proc."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(stat.parent.name))
+    return members
 
 
 def client_status(states: list[Mapping[str, Any]]) -> tuple[str, str]:
