@@ -30,6 +30,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from coach_stream.codec import ChunkCodec, SchemaRegistry, default_registry
 from coach_stream.codec.avro import HEADER_SIZE
+from coach_stream.codec.fastpath import V1_FINGERPRINT
 from coach_stream.core import ClosingContext, ExperienceChunk
 from coach_stream.errors import ConfigError, DecodeError, ServiceUnavailableError
 from coach_stream.replay.columnar import (
@@ -412,7 +413,7 @@ class ReplayReader(ClosingContext):
                 if kept:
                     # about _CONSUME_BYTES per call: big records (images) come fewer at a time
                     # and about one batch's records: memory stays O(batch), not O(topic)
-                    size = sum(len(m) for m in kept) / len(kept)
+                    size = sum(map(len, kept)) / len(kept)
                     per_batch = self.batch_transitions // max(1, self._steps_per_record)
                     self._consume_count = int(
                         min(_CONSUME, per_batch + 1, max(16, _CONSUME_BYTES // size))
@@ -436,7 +437,7 @@ class ReplayReader(ClosingContext):
 
     def _decode(self, messages: list[Message]) -> ChunkBatch | None:
         """One consume() worth of records as a ChunkBatch (vectorized, per record if odd)."""
-        values = [m.value() or b"" for m in messages]
+        values = [v or b"" for v in map(Message.value, messages)]
         columns, ok = decode_columns(values)
         parts: list[ChunkColumns] = []
         kept: list[int] = []
@@ -470,17 +471,27 @@ class ReplayReader(ClosingContext):
         self.stats.undecodable += len(bad)
         if not kept:
             return None if not bad else ChunkBatch(_EMPTY, *_empty_meta(), bad)
-        chosen = [messages[i] for i in kept]
-        fingerprints = [values[i][2:HEADER_SIZE] for i in kept]
-        self.stats.schemas.update(fingerprints)
-        self.stats.bytes += sum(len(values[i]) for i in kept)
+        if len(kept) == len(messages):  # the common case: no per-record copies
+            chosen, kept_values = messages, values
+        else:
+            chosen, kept_values = [messages[i] for i in kept], [values[i] for i in kept]
+        if bad or len(kept) != len(messages) or not ok.all():
+            fingerprints = [v[2:HEADER_SIZE] for v in kept_values]
+            self.stats.schemas.update(fingerprints)
+        else:  # the vectorized decoder accepts v1 records only
+            fingerprints = [V1_FINGERPRINT] * len(kept_values)
+            self.stats.schemas[V1_FINGERPRINT] += len(kept_values)
+        self.stats.bytes += sum(map(len, kept_values))
+        n = len(chosen)
+        # one consume() reads one partition (they are read one after the other)
+        partition = chosen[0].partition() or 0
         return ChunkBatch(
             concat_columns(parts) if len(parts) > 1 else parts[0],
-            np.fromiter((m.partition() or 0 for m in chosen), np.int32, len(chosen)),
-            np.fromiter((m.offset() or 0 for m in chosen), np.int64, len(chosen)),
-            np.fromiter((m.timestamp()[1] for m in chosen), np.int64, len(chosen)),
+            np.full(n, partition, dtype=np.int32),
+            np.fromiter(map(Message.offset, chosen), np.int64, n),
+            np.fromiter((t for _, t in map(Message.timestamp, chosen)), np.int64, n),
             fingerprints,
-            [values[i] for i in kept],
+            kept_values,
             bad,
         )
 
