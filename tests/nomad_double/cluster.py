@@ -8,7 +8,6 @@ scaling up fills the lowest free ones, as Nomad's reconciler does.
 
 from __future__ import annotations
 
-import fnmatch
 import shutil
 import threading
 import time
@@ -19,6 +18,13 @@ from typing import Any
 
 from .executor import TaskContext, TaskRunner, client_status, new_id
 from .jobs import canonicalize, group_spec_without_count
+from .scheduling import (
+    check_index,
+    comparable,
+    infeasible,
+    next_reschedule_delay,
+    reschedule_eligible,
+)
 from .templates import MissingVariableError, TemplateError
 
 
@@ -191,7 +197,7 @@ class Cluster:
             key = (job["Namespace"], job["ID"])
             old = self.jobs.get(key)
             if enforce_index is not None:
-                _check_index(old, enforce_index)
+                check_index(old.job_modify_index if old else None, enforce_index)
             if old is not None and preserve_counts:
                 counts = {g["Name"]: g["Count"] for g in old.job["TaskGroups"]}
                 for group in job["TaskGroups"]:
@@ -202,7 +208,7 @@ class Cluster:
                 self.jobs[key] = record
             else:
                 record = old
-                unchanged = _comparable(old.job) == _comparable(job) and not old.stopped
+                unchanged = comparable(old.job) == comparable(job) and not old.stopped
                 if not unchanged:
                     index = self.bump()
                     record.version += 1
@@ -260,41 +266,15 @@ class Cluster:
             used = {a.index for a in mine if a.desired_status == "run"}
             missing = max(0, count - len(used))
             record.queued.pop(name, None)
-            failure = self._infeasible(job, group) if missing else None
+            failure = (
+                infeasible(job, group, self.datacenter, self.node_devices) if missing else None
+            )
             if failure is not None:
                 self._placement_failed(record, eval_id, name, missing, failure)
                 continue
             free = (i for i in range(count * 2 + len(used) + 1) if i not in used)
             for _ in range(missing):
                 self._place(job, group, next(free), eval_id)
-
-    def _infeasible(self, job: dict[str, Any], group: dict[str, Any]) -> dict[str, Any] | None:
-        """Nomad's feasibility checks the one node can fail: datacenter and devices.
-
-        Returns the AllocationMetric of a failed placement, or None when the node fits.
-        """
-        if not any(fnmatch.fnmatchcase(self.datacenter, dc) for dc in job["Datacenters"]):
-            return {"NodesEvaluated": 0, "NodesFiltered": 0, "NodesAvailable": {}}
-        for task in group["Tasks"]:
-            for device in (task.get("Resources") or {}).get("Devices") or []:
-                if not self._has_device(device["Name"], int(device.get("Count", 1))):
-                    return {
-                        "NodesEvaluated": 1,
-                        "NodesFiltered": 1,
-                        "NodesAvailable": {self.datacenter: 1},
-                        "ConstraintFiltered": {"missing devices": 1},
-                    }
-        return None
-
-    def _has_device(self, request: str, count: int) -> bool:
-        """A device request ("gpu", "nvidia/gpu", "nvidia/gpu/<model>") against node_devices."""
-        wanted = request.split("/")
-        for device_id, available in self.node_devices.items():
-            vendor, kind, *model = [*device_id.split("/"), ""]
-            have = [kind] if len(wanted) == 1 else [vendor, kind, *model[:1]][: len(wanted)]
-            if have == wanted and available >= count:
-                return True
-        return False
 
     def _placement_failed(
         self, record: JobRecord, eval_id: str, group: str, missing: int, metric: dict[str, Any]
@@ -534,55 +514,3 @@ class Cluster:
 
     def remove_files(self) -> None:
         shutil.rmtree(self.root / "allocs", ignore_errors=True)
-
-
-def reschedule_eligible(policy: Mapping[str, Any], events: list[dict[str, Any]], now: int) -> bool:
-    """Nomad's Allocation.RescheduleEligible: unlimited, or fewer attempts in the interval."""
-    if policy.get("Unlimited"):
-        return True
-    attempts = int(policy.get("Attempts") or 0)
-    if attempts <= 0:
-        return False
-    interval = int(policy.get("Interval") or 0)
-    recent = [e for e in events if interval <= 0 or now - e["RescheduleTime"] < interval]
-    return len(recent) < attempts
-
-
-def next_reschedule_delay(policy: Mapping[str, Any], events: list[dict[str, Any]]) -> int:
-    """Nomad's Allocation.NextDelay: constant, exponential or fibonacci, capped by MaxDelay."""
-    delay = int(policy.get("Delay") or 0)
-    if not events:
-        return delay
-    function = policy.get("DelayFunction") or "constant"
-    if function == "exponential":
-        delay = events[-1]["Delay"] * 2
-    elif function == "fibonacci" and len(events) >= 2:
-        delay = events[-1]["Delay"] + events[-2]["Delay"]
-    elif function == "fibonacci":
-        delay = events[-1]["Delay"]
-    max_delay = int(policy.get("MaxDelay") or 0)
-    if max_delay > 0:
-        delay = min(delay, max_delay)
-    return delay
-
-
-class RegisterConflictError(Exception):
-    """``EnforceIndex`` did not match (Nomad's "Enforcing job modify index" errors)."""
-
-
-def _check_index(old: JobRecord | None, expected: int) -> None:
-    prefix = "Enforcing job modify index"
-    if old is not None and expected == 0:
-        raise RegisterConflictError(f"{prefix} 0: job already exists")
-    if old is not None and expected != old.job_modify_index:
-        raise RegisterConflictError(
-            f"{prefix} {expected}: job exists with conflicting job modify index:"
-            f" {old.job_modify_index}"
-        )
-    if old is None and expected != 0:
-        raise RegisterConflictError(f"{prefix} {expected}: job does not exist")
-
-
-def _comparable(job: Mapping[str, Any]) -> dict[str, Any]:
-    """A job without the fields Nomad sets itself, to tell whether a re-register changed it."""
-    return {k: v for k, v in job.items() if k not in ("Version", "Stop", "SubmitTime")}

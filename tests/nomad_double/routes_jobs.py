@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from . import views
-from .cluster import RegisterConflictError
 from .jobs import format_errors, validate_job
 from .protocol import HTTPError, Reply, RequestContext
+from .scheduling import RegisterConflictError
 
 
 class JobRoutes(RequestContext):

@@ -9,16 +9,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import nomad
 import pytest
 import requests
 from nomad.api import exceptions as nomad_errors
 
+import nomad
 from nomad_double import NomadDouble, SpecMissingError, check_job, load_spec
 from nomad_double import views as double_views
-from nomad_double.cluster import next_reschedule_delay, reschedule_eligible
 from nomad_double.double import REPO_ROOT, spec_path
 from nomad_double.fixtures import MakeDouble, spec_or_skip
+from nomad_double.scheduling import next_reschedule_delay, reschedule_eligible
 
 SECOND = 1_000_000_000
 FAST_RESTART = {"Attempts": 1, "Interval": 10 * SECOND, "Delay": 50_000_000, "Mode": "fail"}
