@@ -54,6 +54,9 @@ class Format(enum.StrEnum):
     minari = "minari"
 
 
+FormatOption = typer.Option(..., "--format", help="avro, parquet or minari.")
+
+
 def _settings(kafka: str | None) -> KafkaSettings:
     if not kafka:
         raise ConfigError(
@@ -118,12 +121,14 @@ def inspect(
     from coach_stream.replay.inspect import inspect as run_inspect
     from coach_stream.replay.progress import records_progress
 
-    with _reader(source, kafka, start, end, schemas, batch) as reader:
-        with records_progress("inspect", reader.total_records, progress) as advance:
-            reader.on_records = advance
-            report = run_inspect(
-                reader, _dead_letter_topic(reader.topic, reader.settings.topic_prefix)
-            ).to_json()
+    with (
+        _reader(source, kafka, start, end, schemas, batch) as reader,
+        records_progress("inspect", reader.total_records, progress) as advance,
+    ):
+        reader.on_records = advance
+        report = run_inspect(
+            reader, _dead_letter_topic(reader.topic, reader.settings.topic_prefix)
+        ).to_json()
     if as_json:
         typer.echo(json.dumps(report))
         return
@@ -168,7 +173,7 @@ def _print_report(r: dict[str, Any]) -> None:
 
 def export(
     source: str = SourceArgument,
-    format: Format = typer.Option(..., "--format", help="avro, parquet or minari."),
+    fmt: Format = FormatOption,
     out: str = typer.Option(
         ...,
         "--out",
@@ -192,12 +197,12 @@ def export(
 
     with _reader(source, kafka, start, end, schemas, batch) as reader:
         _nonempty(reader)
-        with records_progress(f"export {format}", reader.total_records, progress) as advance:
+        with records_progress(f"export {fmt}", reader.total_records, progress) as advance:
             reader.on_records = advance
             where, counts = run_export(
-                reader, format.value, out, gcs_emulator, env=env, dataset_id=dataset_id
+                reader, fmt.value, out, gcs_emulator, env=env, dataset_id=dataset_id
             )
-    typer.echo(json.dumps({"out": where, "format": format.value, **counts}))
+    typer.echo(json.dumps({"out": where, "format": fmt.value, **counts}))
 
 
 def train(

@@ -16,6 +16,7 @@ pass a registry that holds newer schemas to read topics written by a newer relea
 
 from __future__ import annotations
 
+import builtins
 import logging
 import time
 import uuid
@@ -81,7 +82,7 @@ class ReaderStats:
     transitions: int = 0
     undecodable: int = 0
     bytes: int = 0
-    schemas: Counter[bytes] = field(default_factory=Counter)
+    schemas: Counter[builtins.bytes] = field(default_factory=Counter)
     """Chunks per writer-schema fingerprint."""
     max_held_records: int = 0
     """The most records the reader held at once (bounded by a batch; tests check it)."""
@@ -236,16 +237,6 @@ def to_transitions(batch: ChunkBatch) -> TransitionBatch:
 
 
 _EMPTY = empty_columns()
-
-
-def _empty_meta() -> tuple[Any, ...]:
-    return (
-        np.zeros(0, np.int32),
-        np.zeros(0, np.int64),
-        np.zeros(0, np.int64),
-        [],
-        [],
-    )
 
 
 class ReplayReader(ClosingContext):
@@ -470,7 +461,17 @@ class ReplayReader(ClosingContext):
                 parts.append(from_chunks(run))
         self.stats.undecodable += len(bad)
         if not kept:
-            return None if not bad else ChunkBatch(_EMPTY, *_empty_meta(), bad)
+            if not bad:
+                return None
+            return ChunkBatch(
+                _EMPTY,
+                np.zeros(0, np.int32),
+                np.zeros(0, np.int64),
+                np.zeros(0, np.int64),
+                [],
+                [],
+                bad,
+            )
         if len(kept) == len(messages):  # the common case: no per-record copies
             chosen, kept_values = messages, values
         else:

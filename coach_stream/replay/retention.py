@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import ConfigResource
+from confluent_kafka.admin._config import ConfigResource
 
 from coach_stream.errors import ConfigError
 from coach_stream.transport.settings import KafkaSettings

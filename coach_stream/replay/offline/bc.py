@@ -24,7 +24,7 @@ class BehaviourCloning:
         logits = self.net.actor(batch["obs"].flatten(1))
         loss = F.cross_entropy(logits, batch["actions"])
         self.optimizer.zero_grad()
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         self.optimizer.step()
         accuracy = (logits.argmax(-1) == batch["actions"]).float().mean()
         return {"train/loss": loss.item(), "train/accuracy": accuracy.item()}
