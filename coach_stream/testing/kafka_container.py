@@ -343,12 +343,14 @@ def ensure_image(image: str) -> str | None:
             client.images.pull(image)
             return None
         except Exception as error:
-            hint = (
-                " (build it with scripts/build-kafka-image.sh)"
-                if image == LOCAL_IMAGE
-                else " (no registry reachable? set COACH_STREAM_KAFKA_IMAGE="
-                f"{LOCAL_IMAGE} after scripts/build-kafka-image.sh)"
-            )
+            hint = ""
+            if "kafka" in image:
+                hint = (
+                    " (build it with scripts/build-kafka-image.sh)"
+                    if image == LOCAL_IMAGE
+                    else " (no registry reachable? set COACH_STREAM_KAFKA_IMAGE="
+                    f"{LOCAL_IMAGE} after scripts/build-kafka-image.sh)"
+                )
             return f"the image {image} is not on the engine and cannot be pulled: {error}{hint}"
     finally:
         client.close()

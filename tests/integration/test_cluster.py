@@ -80,7 +80,7 @@ def test_killing_a_broker_loses_no_acknowledged_record(
             else:
                 acked.append(int(message.value()))
 
-    producer = clients.producer(settings, linger_ms=5)
+    producer = clients.producer(settings.model_copy(update={"linger_ms": 5}))
     try:
         for i in range(RECORDS):
             producer.produce(
