@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from nomad.api import exceptions as nomad_errors
 import nomad
 from nomad_double import NomadDouble, SpecMissingError, check_job, load_spec
 from nomad_double import views as double_views
+from nomad_double.__main__ import main as run_by_hand
 from nomad_double.double import REPO_ROOT, spec_path
 from nomad_double.fixtures import MakeDouble, spec_or_skip
 from nomad_double.jobspecs import (
@@ -394,3 +396,22 @@ def test_scaling_beyond_the_scaling_block_is_refused(nomad_double: NomadDouble) 
             headers=auth(nomad_double),
         )
         assert answer.status_code == 400 and text in answer.text
+
+
+def test_the_by_hand_runner_prints_its_address_and_token(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    stop, ready = threading.Event(), threading.Event()
+    outcome: list[int] = []
+    runner = threading.Thread(
+        target=lambda: outcome.append(run_by_hand(["--token", "t0"], stop, lambda _: ready.set()))
+    )
+    runner.start()
+    try:
+        assert ready.wait(10), "the runner never started"
+        address = capsys.readouterr().out.split("NOMAD_ADDR=")[1].split()[0]
+        assert nomad.Nomad(address=address, token="t0").jobs.get_jobs() == []
+    finally:
+        stop.set()
+        runner.join(10)
+    assert outcome == [0]
