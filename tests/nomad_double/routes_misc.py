@@ -198,9 +198,17 @@ class MiscRoutes(RequestContext):
 
         def stream(write: Callable[[bytes], None]) -> None:
             position = start
+            quiet_since = time.monotonic()
             while True:
                 data, position = read_from(position)
-                write(frame(data, position) if data else b"")
+                if data:
+                    write(frame(data, position))
+                    quiet_since = time.monotonic()
+                elif not plain and time.monotonic() - quiet_since >= 1.0:
+                    # Nomad's framer sends an empty frame each second without data, so a
+                    # client's read timeout does not fire on a quiet task.
+                    write(b"{}")
+                    quiet_since = time.monotonic()
                 with self.cluster.lock:
                     finished = alloc.terminal() or self.cluster.closed
                 if finished:

@@ -530,3 +530,20 @@ def test_reregister_versions_preserve_counts_and_check_index(nomad_double: Nomad
     # Versions: 1 the scale; the preserve-counts re-register equals it (no version); 2 the change.
     assert api.job.get_job("v")["Version"] == 2
     nomad_double.assert_no_violations()
+
+
+def test_framed_follow_sends_heartbeats_while_the_task_is_quiet(nomad_double: NomadDouble) -> None:
+    code = "import time; print('a', flush=True); time.sleep(1.5); print('b', flush=True)"
+    client(nomad_double).job.register_job("hb", job("hb", group("g", 1, task("t", code))))
+    alloc = nomad_double.job_allocations("hb")[0]
+    answer = requests.get(
+        f"{nomad_double.address}/v1/client/fs/logs/{alloc.id}",
+        params={"task": "t", "type": "stdout", "follow": "true"},
+        headers=auth(nomad_double),
+        stream=True,
+        timeout=10,
+    )
+    frames = [json.loads(raw) for raw in answer.text.replace("}{", "}\n{").splitlines()]
+    data = b"".join(base64.b64decode(f["Data"]) for f in frames if f)
+    assert data == b"a\nb\n"
+    assert {} in frames  # at least one heartbeat during the 1.5 s of silence
