@@ -272,8 +272,9 @@ class ReplayReader(ClosingContext):
         self.stats = ReaderStats()
         self.spans: list[PartitionSpan] = []
         self._consumer: Consumer | None = None
-        self._consume_count = 1_000
-        self._steps_per_record = 1  # running estimate, for sizing consume() calls
+        # records per consume(): small until the records' size is known, then about a batch
+        self._consume_count = 64
+        self._steps_per_record = 0  # running estimate (0: not known yet)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -405,10 +406,11 @@ class ReplayReader(ClosingContext):
                     # about _CONSUME_BYTES per call: big records (images) come fewer at a time
                     # and about one batch's records: memory stays O(batch), not O(topic)
                     size = sum(map(len, kept)) / len(kept)
-                    per_batch = self.batch_transitions // max(1, self._steps_per_record)
-                    self._consume_count = int(
-                        min(_CONSUME, per_batch + 1, max(16, _CONSUME_BYTES // size))
-                    )
+                    if self._steps_per_record:
+                        per_batch = self.batch_transitions // self._steps_per_record
+                        self._consume_count = int(
+                            min(_CONSUME, per_batch + 1, max(16, _CONSUME_BYTES // size))
+                        )
                     self.stats.records += len(kept)
                     if self.on_records is not None:
                         self.on_records(len(kept))
