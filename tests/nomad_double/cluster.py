@@ -131,6 +131,8 @@ class Cluster:
         self.evaluations: dict[str, dict[str, Any]] = {}
         self.variables: dict[tuple[str, str], VariableRecord] = {}
         self.closed = False
+        # Bumped on every variable write or delete: running templates re-render on a change.
+        self.variables_version = 0
         self._timers: list[threading.Timer] = []
 
     # -- index and waiting ------------------------------------------------------------
@@ -350,6 +352,7 @@ class Cluster:
             node=self.node,
             host_env=self.host_env,
             lookup_var=lookup,
+            variables_version=lambda: self.variables_version,
             wait_for_change=self._wait_for_change,
             changed=changed,
             sibling_failed=sibling_failed,

@@ -196,6 +196,7 @@ class NomadDouble:
         """Write a Nomad Variable directly (as an operator would with ``nomad var put``)."""
         with self.cluster.lock:
             index = self.cluster.bump()
+            self.cluster.variables_version += 1
             now = time.time_ns()
             old = self.cluster.variables.get((namespace, path))
             self.cluster.variables[(namespace, path)] = VariableRecord(

@@ -27,9 +27,16 @@ from pathlib import Path
 from typing import Any
 
 from .jobs import go_duration
-from .templates import MissingVariableError, TemplateError, interpolate, parse_env_file, render
+from .templates import (
+    MissingVariableError,
+    TemplateError,
+    interpolate,
+    parse_env_file,
+    render,
+)
 
 ZERO_TIME = "0001-01-01T00:00:00Z"
+_TEMPLATE_RESTART = -1_000  # _wait's exit code for "a template asked for a restart"
 # Nomad's default client env.denylist is about secrets; the double goes further and passes
 # only these host variables, so a task that works here does not depend on the test
 # process's KAFKA_*/STORAGE_* settings, which a real node would not have.
@@ -99,6 +106,7 @@ class TaskContext:
     node: Mapping[str, str]
     host_env: Mapping[str, str]
     lookup_var: Callable[[str], Mapping[str, str]]
+    variables_version: Callable[[], int]
     wait_for_change: Callable[[float], None]
     changed: Callable[[], None]
     sibling_failed: Callable[[str], None]
@@ -112,6 +120,9 @@ class TaskRunner:
     _stop: threading.Event = field(default_factory=threading.Event)
     _kill_event: tuple[str, str] | None = None
     thread: threading.Thread | None = None
+    # What each template rendered at the last start, with the env it was rendered in.
+    _rendered: list[tuple[dict[str, Any], str, dict[str, str]]] = field(default_factory=list)
+    _variables_seen: int = -1
 
     @property
     def name(self) -> str:
@@ -227,6 +238,14 @@ class TaskRunner:
             if code is None:
                 self._finish_killed()
                 return
+            if code == _TEMPLATE_RESTART:
+                # Nomad: a restart the task asked for is not a failure; it is immediate and
+                # does not count against the restart policy.
+                self.state["Restarts"] += 1
+                self.state["LastRestart"] = now_rfc3339()
+                self.event("Restarting", "Task restarting in 0s", StartDelay=0)
+                self.set_state("pending")
+                continue
             self.event(
                 "Terminated",
                 f"Exit Code: {code}" + (f", Signal: {sig}" if sig else ""),
@@ -296,10 +315,14 @@ class TaskRunner:
         )
         for key, value in (task.get("Env") or {}).items():
             env[key] = interpolate(value, env, self.ctx.node)
+        self._rendered = []
+        self._variables_seen = self.ctx.variables_version()
         for tmpl in task.get("Templates") or []:
+            before = dict(env)
             text = self._render_template(tmpl, env)
             if text is None:
                 return None
+            self._rendered.append((tmpl, text, before))
             dest = task_dir / interpolate(tmpl["DestPath"], env, self.ctx.node)
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_text(text)
@@ -369,19 +392,54 @@ class TaskRunner:
                 if self._stop.is_set():
                     self._shutdown(process)
                     return None, 0
+                if self._rendered and self._rerender(process):
+                    return _TEMPLATE_RESTART, 0
         self._kill_group(process.pid)
         if code < 0:  # killed by a signal: Nomad's executor reports 128 + signal
             return 128 - code, -code
         return code, 0
 
-    def _shutdown(self, process: subprocess.Popen[bytes]) -> None:
+    def _rerender(self, process: subprocess.Popen[bytes]) -> bool:
+        """A variable changed: re-render the templates and apply their ``ChangeMode``
+        (``restart``: True, the caller restarts the task; ``signal``: ``ChangeSignal`` to it;
+        ``noop``: the file only). Returns whether the task must restart."""
+        version = self.ctx.variables_version()
+        if version == self._variables_seen:
+            return False
+        self._variables_seen = version
+        task_dir = self.ctx.alloc_dir / self.name
+        modes: list[dict[str, Any]] = []
+        for position, (tmpl, old, env) in enumerate(self._rendered):
+            try:
+                new = render(tmpl["EmbeddedTmpl"], self.ctx.lookup_var, env)
+            except (MissingVariableError, TemplateError):
+                continue  # as consul-template: keep the last good render
+            if new == old:
+                continue
+            self._rendered[position] = (tmpl, new, env)
+            (task_dir / interpolate(tmpl["DestPath"], env, self.ctx.node)).write_text(new)
+            modes.append(tmpl)
+        if any(t.get("ChangeMode", "restart") == "restart" for t in modes):
+            reason = "Template with change_mode restart re-rendered"
+            self.event("Restart Signaled", reason, RestartReason=reason)
+            self._shutdown(process, announce=False)
+            return True
+        for tmpl in modes:
+            if tmpl.get("ChangeMode") == "signal":
+                name = tmpl["ChangeSignal"]  # required with mode signal (jobs.validate_job)
+                self.event("Signaling", "Template re-rendered", TaskSignal=name)
+                with contextlib.suppress(ProcessLookupError):
+                    process.send_signal(getattr(signal, name, signal.SIGHUP))
+        return False
+
+    def _shutdown(self, process: subprocess.Popen[bytes], *, announce: bool = True) -> None:
         """Nomad's kill: KillSignal (default SIGINT) to the task, SIGKILL after KillTimeout."""
         task = self.ctx.task
         timeout = task["KillTimeout"] / 1e9
         name = task.get("KillSignal") or "SIGINT"
         sig = getattr(signal, name, signal.SIGINT)
         kind, message = self._kill_event or ("Killing", "")
-        if kind == "Killing":
+        if kind == "Killing" and announce:
             self.event(
                 "Killing",
                 message

@@ -113,6 +113,11 @@ def validate_job(job: Any) -> list[str]:
                     t_errors.append("Must specify a source path or have an embedded template")
                 if not tmpl.get("DestPath"):
                     t_errors.append("Must specify a destination for the template")
+                mode = tmpl.get("ChangeMode") or "restart"
+                if mode not in ("noop", "restart", "signal", "script"):
+                    t_errors.append(f'Invalid change mode "{mode}"')
+                if mode == "signal" and not tmpl.get("ChangeSignal"):
+                    t_errors.append("Must specify signal value when change mode is signal")
             group_errors.extend(
                 f"Task {t_name or t_index + 1} validation failed: {e}" for e in t_errors
             )

@@ -102,6 +102,7 @@ class MiscRoutes(RequestContext):
             record = self.cluster.variables.get(key)
             self._cas(record)
             index = self.cluster.bump()
+            self.cluster.variables_version += 1
             now = time.time_ns()
             if record is None:
                 record = VariableRecord(namespace, path, dict(items), index, index, now, now)
@@ -125,6 +126,7 @@ class MiscRoutes(RequestContext):
             self._cas(record)
             if record is not None:
                 del self.cluster.variables[key]
+                self.cluster.variables_version += 1
                 self.cluster.bump()
         return Reply(None)
 

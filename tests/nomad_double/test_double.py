@@ -549,3 +549,41 @@ def test_framed_follow_sends_heartbeats_while_the_task_is_quiet(nomad_double: No
     data = b"".join(base64.b64decode(f["Data"]) for f in frames if f)
     assert data == b"a\nb\n"
     assert {} in frames  # at least one heartbeat during the 1.5 s of silence
+
+
+def test_a_changed_variable_rerenders_and_restarts_or_signals_the_task(
+    nomad_double: NomadDouble,
+) -> None:
+    def tmpl(dest: str, **mode: str) -> dict[str, Any]:
+        body = '{{ with nomadVar "nomad/jobs/cm" }}K={{ .k }}{{ end }}\n'
+        return {"EmbeddedTmpl": body, "DestPath": dest, "Envvars": True, **mode}
+
+    code = (
+        "import os, signal, sys, time\n"
+        "signal.signal(signal.SIGHUP, lambda *_: print('hup', flush=True))\n"
+        "print('K', os.environ['K'], flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    restarting = task("r", code, Templates=[tmpl("local/r.env")])  # ChangeMode restart
+    signalled = task(
+        "s", code, Templates=[tmpl("local/s.env", ChangeMode="signal", ChangeSignal="SIGHUP")]
+    )
+    nomad_double.set_variable("nomad/jobs/cm", {"k": "one"})
+    client(nomad_double).job.register_job(
+        "cm", job("cm", group("r", 1, restarting), group("s", 1, signalled))
+    )
+    nomad_double.wait_until(lambda: running(nomad_double, "cm", 2), what="running")
+    r = nomad_double.allocation("cm", "r", 0)
+    s = nomad_double.allocation("cm", "s", 0)
+    nomad_double.wait_until(
+        lambda: "K one" in nomad_double.logs(r.id, "r") and "K one" in nomad_double.logs(s.id, "s"),
+        what="first renders",
+    )
+    nomad_double.set_variable("nomad/jobs/cm", {"k": "two"})
+    nomad_double.wait_until(lambda: "K two" in nomad_double.logs(r.id, "r"), what="restart")
+    nomad_double.wait_until(lambda: "hup" in nomad_double.logs(s.id, "s"), what="SIGHUP")
+    events = [e["Type"] for e in r.tasks["r"].state["Events"]]
+    assert "Restart Signaled" in events and r.tasks["r"].state["Restarts"] == 1
+    assert [e["Type"] for e in s.tasks["s"].state["Events"]][-1] == "Signaling"
+    assert s.tasks["s"].state["Restarts"] == 0
+    assert (s.alloc_dir / "s" / "local" / "s.env").read_text() == "K=two\n"
