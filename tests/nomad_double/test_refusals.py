@@ -25,6 +25,8 @@ from nomad_double.jobspecs import (
     running,
     task,
 )
+from nomad_double.protocol import _snake
+from nomad_double.server import Routes
 
 
 @pytest.mark.parametrize(
@@ -415,3 +417,10 @@ def test_the_by_hand_runner_prints_its_address_and_token(
         stop.set()
         runner.join(10)
     assert outcome == [0]
+
+
+def test_every_handler_is_reachable_from_an_operation_of_the_description() -> None:
+    spec = load_spec(spec_path())
+    routed = {f"op_{_snake(op.operation_id)}" for op in spec.operations}
+    handlers = {name for name in dir(Routes) if name.startswith("op_")}
+    assert handlers and handlers <= routed, handlers - routed
