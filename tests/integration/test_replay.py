@@ -366,3 +366,40 @@ def test_export_to_gcs_archive(
     blob = gcs_client.bucket(gcs_bucket).blob(f"archive/{run_id}.parquet")  # type: ignore[attr-defined]
     table = pq.read_table(io.BytesIO(blob.download_as_bytes()))
     assert table.num_rows == sum(c.num_steps for c in rec.chunks)
+
+
+def test_export_memory_is_bounded_by_the_batch(settings: KafkaSettings, tmp_path: Path) -> None:
+    """Peak traced memory exporting a topic of 48 batches equals that of a quarter of it."""
+    import tracemalloc
+
+    topics = _new_run(settings, partitions=1)
+    try:
+        rng = np.random.default_rng(0)
+        values = []
+        for i in range(6000):
+            chunk = make_chunk(32, seed=0, behaviour=False, ended=False)
+            obs = rng.standard_normal((33, 4)).astype(np.float32)
+            values.append(
+                encode_chunk(
+                    ExperienceChunk(**{**chunk.__dict__, "chunk_seq": i, "observations": obs})
+                )
+            )
+        topic_bytes = sum(map(len, values))
+        _produce_at(settings, topics.experience, values, _PAST_MS)
+        peaks = []
+        for end in (1500, 6000):  # a quarter, then all of it: 12 and 48 batches
+            tracemalloc.start()
+            with ReplayReader(
+                settings,
+                topics.experience,
+                end=parse_bound(str(end), "--to"),
+                batch_transitions=4_000,
+            ) as reader:
+                run_export(reader, "parquet", str(tmp_path / f"{end}.parquet"))
+            peaks.append(tracemalloc.get_traced_memory()[1])
+            tracemalloc.stop()
+            assert reader.stats.max_held_records <= 4_000 // 32 + 1
+        assert peaks[1] < peaks[0] * 1.25 + 256 * 1024
+        assert peaks[1] < topic_bytes / 3
+    finally:
+        delete_run_topics(settings, topics)
