@@ -7,12 +7,14 @@ of a running ``coach-stream stack``; everything below receives explicit settings
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import json
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -35,6 +37,7 @@ from coach_stream.cli.options import (
     load_run_preset,
 )
 from coach_stream.config import Preset
+from coach_stream.core import RunSpec, TaskStatus
 from coach_stream.errors import ConfigError, OrchestratorError
 from coach_stream.orchestrators import (
     LaunchSettings,
@@ -54,8 +57,9 @@ from coach_stream.orchestrators.launcher import (
 )
 from coach_stream.orchestrators.nomad_job import job_id as nomad_job_id
 from coach_stream.orchestrators.progress import LogFollower, RunProgress, read_progress
-from coach_stream.orchestrators.state import RunRecord
+from coach_stream.orchestrators.state import RunRecord, RunState
 from coach_stream.stack import LocalStack, default_cache_dir
+from coach_stream.transport.telemetry import TelemetryLines, TelemetryReader
 
 
 class OrchestratorKind(enum.StrEnum):
@@ -183,6 +187,7 @@ def launch(
     Exit code 0 when the target return was reached, 1 when the run ended without it,
     2 for bad input (nothing is started), 130 when interrupted.
     """
+    started = time.monotonic()  # launch-to-running and launch-to-solved are measured from here
     nomad_flags = nomad_cli.NomadFlags(
         nomad_addr, nomad_token, nomad_namespace, nomad_region, driver, image, python,
         tuple(datacenters), secrets_var, trainer_gpus, start_timeout, dry_run, job_format,
@@ -203,38 +208,61 @@ def launch(
         preset, workers, run_id, checkpoints, kafka, gcs_emulator, seed, overrides, state_dir
     )
     if orchestrator_kind is OrchestratorKind.nomad:
-        _launch_on_nomad(plan, nomad_flags, detach, timeout)
+        _launch_on_nomad(plan, nomad_flags, detach, timeout, started)
         return
     orchestrator = _orchestrator(state_dir)
     _check_run_free(orchestrator, plan)
     _start(orchestrator, plan)
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
-    settings = plan.settings
-    if detach:
+    # From here until follow() takes over, Ctrl-C or SIGTERM must still stop the run.
+    with _stopped_on_interrupt(orchestrator, plan.settings.run_id):
+        err = Console(stderr=True, highlight=False, soft_wrap=True)
+        settings = plan.settings
+        running_s = time.monotonic() - started
         err.print(
-            f"started run {settings.run_id} in the background (checkpoints: {plan.checkpoints})"
+            f"run {settings.run_id}: {len(orchestrator.status(settings.run_id))} tasks running "
+            f"after {running_s:.1f} s"
         )
+        if detach:
+            err.print(
+                f"started run {settings.run_id} in the background (checkpoints: {plan.checkpoints})"
+            )
+            err.print(
+                f"  coach-stream status {settings.run_id}   |   "
+                f"coach-stream logs {settings.run_id} -f"
+            )
+            err.print(f"  coach-stream stop {settings.run_id}")
+            typer.echo(settings.run_id)
+            return
+        loaded = plan.preset
         err.print(
-            f"  coach-stream status {settings.run_id}   |   coach-stream logs {settings.run_id} -f"
+            f"run {settings.run_id}: {loaded.env_id} {loaded.algorithm} ({loaded.mode}), "
+            f"{workers} workers, checkpoints {plan.checkpoints}"
         )
-        err.print(f"  coach-stream stop {settings.run_id}")
-        typer.echo(settings.run_id)
-        return
-    loaded = plan.preset
-    err.print(
-        f"run {settings.run_id}: {loaded.env_id} {loaded.algorithm} ({loaded.mode}), "
-        f"{workers} workers, checkpoints {plan.checkpoints}"
-    )
-    outcome = _follow_live(orchestrator, settings.run_id, loaded, err, timeout)
-    _print_outcome(outcome, str(orchestrator.run_dir(outcome.run_id).logs_dir))
+        followed = _LocalWithTelemetry(orchestrator, settings.kafka_bootstrap)
+        following = time.monotonic()
+        outcome = _follow_live(followed, settings.run_id, loaded, err, timeout)
+        _print_outcome(outcome, str(orchestrator.run_dir(outcome.run_id).logs_dir))
+        _print_timing(outcome, running_s, following - started, err)
     raise typer.Exit(_exit_code(outcome, err))
 
 
+def _print_timing(outcome: RunOutcome, running_s: float, follow_at_s: float, err: Console) -> None:
+    """Launch to every task running, and to the trainer's last word (solved or not)."""
+    ended = "solved" if outcome.solved else "ended"
+    err.print(
+        f"timing: tasks running {running_s:.1f} s after launch, {ended} "
+        f"{follow_at_s + outcome.wall_s:.1f} s after launch"
+    )
+
+
 def _launch_on_nomad(
-    plan: _LaunchPlan, flags: nomad_cli.NomadFlags, detach: bool, timeout: float | None
+    plan: _LaunchPlan,
+    flags: nomad_cli.NomadFlags,
+    detach: bool,
+    timeout: float | None,
+    started: float,
 ) -> None:
     """Register the run's job, wait for its allocations, then follow it from Kafka."""
-    started = time.monotonic()
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     settings = plan.settings
     if flags.python:
@@ -289,9 +317,10 @@ def _launch_on_nomad(
         f"run {run_id}: {loaded.env_id} {loaded.algorithm} ({loaded.mode}), "
         f"{settings.workers} workers on Nomad, checkpoints {plan.checkpoints}"
     )
+    following = time.monotonic()
     outcome = _follow_live(orchestrator, run_id, loaded, err, timeout)
     _print_outcome(outcome, hint)
-    err.print(f"launch to solved/ended: {time.monotonic() - started:.1f} s")
+    _print_timing(outcome, running_s, following - started, err)
     raise typer.Exit(_exit_code(outcome, err))
 
 
@@ -364,6 +393,17 @@ def _start(orchestrator: LocalOrchestrator, plan: _LaunchPlan) -> None:
         if isinstance(error, KeyboardInterrupt):
             Console(stderr=True).print(f"stopped run {plan.settings.run_id} before it started")
         raise
+
+
+@contextlib.contextmanager
+def _stopped_on_interrupt(orchestrator: LocalOrchestrator, run_id: str) -> Iterator[None]:
+    """A KeyboardInterrupt (Ctrl-C, or SIGTERM via ``_interrupt``) stops the run: exit 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        orchestrator.stop(run_id)  # follow() stops it too; this makes Ctrl-C twice safe
+        Console(stderr=True).print(f"stopped run {run_id}")
+        raise typer.Exit(130) from None
 
 
 def _exit_code(outcome: RunOutcome, err: Console) -> int:
@@ -476,7 +516,7 @@ def status(
             out.print(f"{record.run_id}  {record.state}  {stamp}  {len(record.tasks)} tasks")
         return
     record = orchestrator.record(run_id)
-    progress = read_progress(orchestrator.run_dir(run_id).logs_dir)
+    progress = _local_progress(orchestrator, run_id, kafka)
     if as_json:
         typer.echo(json.dumps({
             "run_id": run_id,
@@ -581,6 +621,49 @@ def stop(
     orchestrator.stop(run_id)
     states = ", ".join(f"{s.name} {s.state}" for s in orchestrator.status(run_id))
     typer.echo(f"run {run_id}: {orchestrator.record(run_id).state} ({states})")
+
+
+class _LocalWithTelemetry:
+    """The local orchestrator, its tasks' events read from the run's telemetry topic (as
+    for a run on Nomad) rather than from its log files."""
+
+    def __init__(self, local: LocalOrchestrator, kafka: str) -> None:
+        self.local, self.kafka = local, kafka
+
+    def task_lines(self, run_id: str) -> TelemetryLines:
+        from coach_stream.transport.settings import KafkaSettings, RunTopics
+
+        settings = KafkaSettings(bootstrap_servers=self.kafka)
+        return TelemetryLines(TelemetryReader(settings, RunTopics.for_run(run_id)))
+
+    def submit(self, spec: RunSpec) -> None:
+        self.local.submit(spec)
+
+    def status(self, run_id: str) -> list[TaskStatus]:
+        return self.local.status(run_id)
+
+    def logs(self, run_id: str, task: str | None = None) -> Iterator[str]:
+        return self.local.logs(run_id, task)
+
+    def stop(self, run_id: str) -> None:
+        self.local.stop(run_id)
+
+    def record(self, run_id: str) -> RunRecord:
+        return self.local.record(run_id)
+
+    def wait(self, run_id: str, timeout: float) -> RunState:
+        return self.local.wait(run_id, timeout)
+
+
+def _local_progress(orchestrator: LocalOrchestrator, run_id: str, kafka: str | None) -> RunProgress:
+    """A local run's figures from its telemetry topic; from its log files when the broker
+    cannot be read (a stopped stack: the files are still here)."""
+    kafka = kafka or LocalStack(default_cache_dir()).kafka_bootstrap()
+    if kafka:
+        on_kafka = nomad_cli.read_telemetry(kafka, run_id)
+        if isinstance(on_kafka, RunProgress):
+            return on_kafka
+    return read_progress(orchestrator.run_dir(run_id).logs_dir)
 
 
 def _on_nomad(

@@ -45,7 +45,6 @@ def test_bare_command_prints_the_help_and_exits_2(ws: Workspace) -> None:
         (["launch", "cartpole-ppo", "--seed", "-5"], "'--seed'"),
         (["launch", "cartpole-ppo", "--timeout", "-1"], "'--timeout'"),
         (["launch"], "Missing argument 'preset'"),
-        (["train", "--preset", "cartpole-ppo", "--run-id", "r", "--seed", "-1"], "'--seed'"),
         (["stack", "bogus"], "No such command 'bogus'"),
     ],
 )
@@ -71,7 +70,6 @@ def test_usage_errors_are_one_line_with_a_help_hint(
         (["cartpole-ppo", "--checkpoints", "file://host/dir"], "not a local file URL"),
         (["cartpole-ppo", "--run-id", "a.b"], "Run id 'a.b' is not valid"),
         (["cartpole-ppo", "--run-id", "x" * 101], "is not valid"),
-        (["cartpole-ppo", "--orchestrator", "nomad"], "not implemented yet"),
     ],
 )
 def test_bad_launch_input_is_refused_before_anything_starts(

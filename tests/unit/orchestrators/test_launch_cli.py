@@ -124,8 +124,3 @@ def test_unknown_runs_and_tasks_are_one_clear_line(
     orchestrator.submit(stand_in_run("c2"))
     assert main(["logs", "c2", "--task", "nobody", *state]) == 2
     assert "has no task 'nobody'" in capsys.readouterr().err
-
-
-def test_launch_with_nomad_says_not_yet(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["launch", "cartpole-ppo", "--orchestrator", "nomad"]) == 2
-    assert "not implemented yet" in capsys.readouterr().err
