@@ -158,12 +158,18 @@ def read_progress(orchestrator: NomadOrchestrator, run_id: str) -> RunProgress |
     """The run's progress from its telemetry topic, or why it could not be read."""
     if orchestrator.telemetry is None:
         return "no Kafka address (pass --kafka or set KAFKA_BOOTSTRAP_SERVERS)"
-    from coach_stream.transport.settings import RunTopics
+    return read_telemetry(orchestrator.telemetry.bootstrap_servers, run_id)
+
+
+def read_telemetry(kafka: str, run_id: str) -> RunProgress | str:
+    """Every telemetry event of the run so far as one progress view, or why not."""
+    from coach_stream.transport.settings import KafkaSettings, RunTopics
     from coach_stream.transport.telemetry import TelemetryReader
 
     progress = RunProgress()
+    settings = KafkaSettings(bootstrap_servers=kafka)
     try:
-        with TelemetryReader(orchestrator.telemetry, RunTopics.for_run(run_id)) as reader:
+        with TelemetryReader(settings, RunTopics.for_run(run_id), timeout_s=5.0) as reader:
             for task, event in reader.read_to_end(10.0):
                 progress.feed_event(task, event)
     except CoachStreamError as error:

@@ -19,23 +19,22 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import nomad
 import requests
 from nomad.api import exceptions as nomad_errors
 
+import nomad
 from coach_stream.core import RunSpec, TaskSpec, TaskState, TaskStatus
 from coach_stream.errors import OrchestratorError, ServiceUnavailableError
 from coach_stream.orchestrators.nomad_job import NomadJobSettings, build_job, job_id
 from coach_stream.orchestrators.state import RunRecord, RunState, TaskRecord
 from coach_stream.transport.settings import KafkaSettings, RunTopics
-from coach_stream.transport.telemetry import TelemetryReader
+from coach_stream.transport.telemetry import TelemetryLines, TelemetryReader
 
 T = TypeVar("T")
 _ALLOC_NAME = re.compile(r"^.*\.(?P<group>[A-Za-z0-9_-]+)\[(?P<index>\d+)\]$")
@@ -388,19 +387,6 @@ class NomadOrchestrator:
             for alloc in _latest(stubs).values()
             if alloc.get("DesiredStatus") == "run" or alloc["ClientStatus"] != "pending"
         }
-
-
-class TelemetryLines:
-    """``launcher.TaskLines`` over a ``TelemetryReader``: each event as its JSON line."""
-
-    def __init__(self, reader: TelemetryReader) -> None:
-        self.reader = reader
-
-    def poll(self) -> list[tuple[str, str]]:
-        return [(task, json.dumps(event)) for task, event in self.reader.poll(0.0)]
-
-    def close(self) -> None:
-        self.reader.close()
 
 
 def _text(error: nomad_errors.BaseNomadException) -> str:

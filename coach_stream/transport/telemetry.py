@@ -202,3 +202,22 @@ class TelemetryReader(ClosingContext):
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+
+
+class TelemetryLines:
+    """A run's events as ``(task, JSON line)`` pairs, the shape its tasks print on stdout,
+    so a follower written for log lines (``launcher.follow``) reads the topic unchanged.
+
+    Each ``poll`` reads up to the topic's end as it is at the call: every event a task had
+    delivered before (a trainer's ``finished`` is acknowledged before it exits) is in it.
+    """
+
+    def __init__(self, reader: TelemetryReader, timeout_s: float = 5.0) -> None:
+        self.reader, self._timeout_s = reader, timeout_s
+
+    def poll(self) -> list[tuple[str, str]]:
+        events = self.reader.read_to_end(self._timeout_s)
+        return [(task, json.dumps(event)) for task, event in events]
+
+    def close(self) -> None:
+        self.reader.close()
