@@ -374,7 +374,7 @@ class ReplayReader(ClosingContext):
             consumer.assign([TopicPartition(self.topic, span.partition, span.start)])
             next_offset, last_progress = span.start, time.monotonic()
             while next_offset < span.end:
-                batch = consumer.consume(self._consume_count, 0.5)
+                batch = consumer.consume(self._consume_count, 0.05)
                 kept: list[Message] = []
                 for message in batch:
                     error = message.error()
