@@ -206,17 +206,19 @@ def test_sigterm_to_a_foreground_launch_exits_130_and_stops_the_run(
     assert processes_mentioning(run_id) == []
 
 
-def test_status_of_a_finished_run_needs_no_services(
-    ws: Workspace, services: Services, run_id: str, tmp_path: Path
+def test_status_and_stop_of_an_ended_run_exit_0(
+    ws: Workspace, services: Services, run_id: str
 ) -> None:
-    """`status`/`stop` read run.json only: exit 0 for a run whose services are gone."""
+    """`status` and `stop` of a run that ended (here: timed out) succeed and say so."""
     launcher = _start_launch(ws, services, run_id, "--timeout", "1")
     launcher.communicate(timeout=180)
+    assert launcher.returncode == 1
     state = ("--state-dir", str(ws.state_dir))
-    env_without_services = ws.run("status", run_id, "--json", *state)
-    assert env_without_services.code == 0
-    assert '"state": "stopped"' in env_without_services.stdout
-    assert ws.run("stop", run_id, *state).code == 0
+    shown = ws.run("status", run_id, "--json", *state)
+    assert shown.code == 0
+    assert json.loads(shown.stdout)["state"] == "stopped"
+    stopped = ws.run("stop", run_id, *state)
+    assert (stopped.code, stopped.stdout.split(":")[0]) == (0, f"run {run_id}")
 
 
 @pytest.mark.slow
