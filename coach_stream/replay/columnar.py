@@ -164,7 +164,7 @@ class _Parser:
         self.pos = self.starts + len(_HEADER)
 
     def at(self, pos: _I64) -> _I64:
-        return self.buf[np.clip(pos, 0, self.limit)].astype(np.int64)
+        return self.buf[np.minimum(pos, self.limit)].astype(np.int64)  # pos is never < 0
 
     def long(self, active: _BOOL | None = None) -> _I64:
         """A zig-zag varint at ``pos`` of every (active) record; advances ``pos``."""
@@ -303,7 +303,22 @@ def decode_columns(values: list[bytes]) -> tuple[ChunkColumns | None, _BOOL]:
     obs_kind = _uniform(p, obs_code, obs_ndim, obs_dims, everyone)
     act_kind = _uniform(p, act_code, act_ndim, act_dims, everyone)
     run_ids: list[str] = []
-    for i in np.flatnonzero(p.ok):
+    candidates = np.flatnonzero(p.ok)
+    if len(candidates):
+        # the usual case, one run id for all: compare its bytes in one vectorized step
+        first = int(candidates[0])
+        size = int(name_len[first])
+        at_first = int(run_at[first] - p.starts[first])
+        try:
+            first_id = values[first][at_first : at_first + size].decode("utf-8")
+        except UnicodeDecodeError:
+            first_id = None
+        if first_id is not None and (name_len[candidates] == size).all():
+            got = p.buf[np.minimum(run_at[candidates, None] + np.arange(size), p.limit)]
+            if (got == p.buf[run_at[first] : run_at[first] + size]).all():
+                run_ids = [first_id] * len(candidates)
+                candidates = candidates[:0]
+    for i in candidates:
         at = int(run_at[i] - p.starts[i])
         try:  # strict, like the codec: a run id that is not UTF-8 is a corrupt record
             run_ids.append(values[i][at : at + int(name_len[i])].decode("utf-8"))

@@ -86,3 +86,13 @@ def test_split_keeps_each_chunks_rows() -> None:
     head, tail = split_columns(columns, 5)
     _assert_equal(head, from_chunks(chunks[:5]))
     _assert_equal(tail, from_chunks(chunks[5:]))
+
+
+def test_run_ids_of_several_runs_stay_per_chunk() -> None:
+    chunks = [
+        ExperienceChunk(**{**make_chunk(3, seed=i).__dict__, "run_id": run})
+        for i, run in enumerate(["a", "run-b", "a", "run-c"])
+    ]
+    columns, ok = decode_columns([encode_chunk(c) for c in chunks])
+    assert ok.all() and columns is not None
+    assert columns.run_ids == ["a", "run-b", "a", "run-c"]
