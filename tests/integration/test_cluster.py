@@ -13,13 +13,16 @@ Needs a Docker engine: skipped without one, except that a session that chose
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
 
+import docker
 import pytest
 from confluent_kafka import KafkaError, Message, TopicPartition
-from confluent_kafka.admin import NewTopic
+from confluent_kafka.cimpl import NewTopic
 
 from coach_stream.testing import kafka_container
 from coach_stream.testing.waiting import wait_until
@@ -32,7 +35,8 @@ RECORDS = 3000
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[kafka_container.KafkaCluster]:
+def image() -> str:
+    """The tests' Kafka image, on an engine that answers; else skip (or fail in CI)."""
     image = kafka_container.env_image()
     why = kafka_container.docker_answers() or kafka_container.ensure_image(image)
     if why is not None:
@@ -41,10 +45,55 @@ def cluster() -> Iterator[kafka_container.KafkaCluster]:
         if required and chosen:
             pytest.fail(f"three-broker Kafka is not available: {why}", pytrace=False)
         pytest.skip(f"three-broker Kafka needs a Docker engine and the image: {why}")
+    return image
+
+
+@pytest.fixture(scope="module")
+def cluster(image: str) -> Iterator[kafka_container.KafkaCluster]:
     kafka_container.configure_reaper()
     kafka_container.remove_orphans()
     with kafka_container.KafkaCluster(image, size=3, min_insync_replicas=2) as started:
         yield started
+
+
+_ABANDONED = """
+import sys, time
+from testcontainers.core.config import testcontainers_config
+from testcontainers.core.container import DockerContainer
+from coach_stream.testing import kafka_container as kc
+
+testcontainers_config.ryuk_disabled = True  # the path under test: no reaper
+container = DockerContainer(sys.argv[1]).with_kwargs(
+    network_mode="host",
+    entrypoint=["sleep", "600"],
+    labels={kc.LABEL: "kafka", kc.OWNER_LABEL: kc._owner()},
+)
+container.start()
+print(container.get_wrapped_container().id, flush=True)
+time.sleep(600)
+"""
+
+
+def test_containers_of_a_killed_session_are_removed_by_the_next(image: str) -> None:
+    """Without a reaper, a session killed with SIGKILL leaves its container; the next removes it."""
+    session = subprocess.Popen(
+        [sys.executable, "-c", _ABANDONED, image], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert session.stdout is not None
+        container_id = session.stdout.readline().strip()
+        assert container_id, "the abandoned session started no container"
+    finally:
+        session.kill()  # SIGKILL: no finalizer, no atexit hook runs
+        session.wait(timeout=30)
+    client = docker.from_env()
+    try:
+        assert client.containers.get(container_id).status == "running"
+        assert container_id in kafka_container.remove_orphans()
+        with pytest.raises(docker.errors.NotFound):
+            client.containers.get(container_id)
+    finally:
+        client.close()
 
 
 def _leader(settings: KafkaSettings, topic: str) -> int:
@@ -78,7 +127,7 @@ def test_killing_a_broker_loses_no_acknowledged_record(
             if error is not None:
                 failed.append(str(error))
             else:
-                acked.append(int(message.value()))
+                acked.append(int(message.value() or b"-1"))
 
     producer = clients.producer(settings.model_copy(update={"linger_ms": 5}))
     try:
@@ -112,7 +161,7 @@ def test_killing_a_broker_loses_no_acknowledged_record(
         def caught_up() -> bool:
             for message in consumer.consume(500, timeout=0.5):
                 if message.error() is None:
-                    read.add(int(message.value()))
+                    read.add(int(message.value() or b"-1"))
             position = consumer.position([TopicPartition(topic, 0)])[0].offset
             return position >= high
 
