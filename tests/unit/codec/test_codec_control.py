@@ -34,7 +34,9 @@ def test_round_trip(message: ControlMessage) -> None:
 
 
 def test_non_control_object_is_refused() -> None:
-    with pytest.raises(EncodeError, match="not a control message"):
+    with pytest.raises(
+        EncodeError, match="str is not a control message; send a PolicyVersion, RunFinished or Eval"
+    ):
         encode_control("hello")  # type: ignore[arg-type]
 
 

@@ -33,6 +33,7 @@ RELEASED = {
     ("io.coachstream.ExperienceChunk", 1): "780ae3cbb3850a02",
     ("io.coachstream.PolicyVersion", 1): "29b330bdd2fba9a0",
     ("io.coachstream.RunFinished", 1): "fbc34d3d6c46efdd",
+    ("io.coachstream.TelemetryEvent", 1): "7ffd745df9235323",
     ("io.coachstream.Tensor", 1): "2b492cfac620b956",
 }
 

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from coach_stream.codec import ChunkCodec, decode_chunk, encode_chunk
+from coach_stream.codec import ChunkCodec, decode_chunk, default_registry, encode_chunk
+from coach_stream.codec.fastpath import ChunkReaderV1
 from coach_stream.codec.tensors import DTYPES
 from coach_stream.core import ExperienceChunk
 from coach_stream.errors import DecodeError
 from coach_stream.testing.chunks import make_chunk
+
+# The mutation check (docs/testing.md) runs these once per mutant and lowers the count.
+EXAMPLES = int(os.environ.get("COACH_STREAM_PROPERTY_EXAMPLES", "100"))
 
 _ints = st.integers(min_value=0, max_value=2**31 - 1)
 _longs = st.integers(min_value=0, max_value=2**63 - 1)
@@ -57,13 +63,13 @@ def chunks(draw: st.DrawFn) -> ExperienceChunk:
     )
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=EXAMPLES, deadline=None)
 @given(chunks())
 def test_round_trip_is_bit_exact(chunk: ExperienceChunk) -> None:
     assert decode_chunk(encode_chunk(chunk)).equals(chunk)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=EXAMPLES, deadline=None)
 @given(chunks(), st.data())
 def test_mutated_bytes_never_crash(chunk: ExperienceChunk, data: st.DataObject) -> None:
     encoded = bytearray(encode_chunk(chunk))
@@ -78,16 +84,15 @@ def test_mutated_bytes_never_crash(chunk: ExperienceChunk, data: st.DataObject) 
     assert decode_chunk(encode_chunk(decoded)).equals(decoded)
 
 
-_CODEC = ChunkCodec()
-
-
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=EXAMPLES, deadline=None)
 @given(chunks())
 def test_fast_writer_emits_exactly_fastavros_bytes(chunk: ExperienceChunk) -> None:
-    assert _CODEC.encode(chunk) == _CODEC.encode_generic(chunk)
+    codec = ChunkCodec(default_registry())
+    assert codec.encode(chunk) == codec.encode_generic(chunk)
 
 
 def test_fast_writer_normalises_layouts_like_fastavro() -> None:
+    codec = ChunkCodec(default_registry())
     base = make_chunk(steps=5, obs_shape=(3,))
     odd = ExperienceChunk(
         **{
@@ -100,8 +105,8 @@ def test_fast_writer_normalises_layouts_like_fastavro() -> None:
             "created_at_ms": 2**62,
         }
     )
-    assert _CODEC.encode(odd) == _CODEC.encode_generic(odd)
-    assert decode_chunk(_CODEC.encode(odd)).equals(
+    assert codec.encode(odd) == codec.encode_generic(odd)
+    assert decode_chunk(codec.encode(odd)).equals(
         ExperienceChunk(
             **{
                 **odd.__dict__,
@@ -113,20 +118,38 @@ def test_fast_writer_normalises_layouts_like_fastavro() -> None:
     )
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=EXAMPLES, deadline=None)
 @given(chunks(), st.data())
 def test_fast_reader_agrees_with_fastavro(chunk: ExperienceChunk, data: st.DataObject) -> None:
-    encoded = bytearray(_CODEC.encode(chunk))
+    codec = ChunkCodec(default_registry())
+    encoded = bytearray(codec.encode(chunk))
     if data.draw(st.booleans()):
         position = data.draw(st.integers(min_value=10, max_value=len(encoded) - 1))
         encoded[position] = data.draw(st.integers(min_value=0, max_value=255))
     raw = bytes(encoded)
     try:
-        reference = _CODEC.decode_generic(raw)
+        reference = codec.decode_generic(raw)
     except DecodeError:
         reference = None
     if reference is None:
         with pytest.raises(DecodeError):
-            _CODEC.decode(raw)
+            codec.decode(raw)
     else:
-        assert _CODEC.decode(raw).equals(reference)
+        assert codec.decode(raw).equals(reference)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(chunks())
+def test_fast_reader_decodes_every_valid_v1_record_itself(chunk: ExperienceChunk) -> None:
+    # The reader is an accelerator: a valid record must not need the fastavro fallback.
+    assert ChunkReaderV1().decode(encode_chunk(chunk)).equals(chunk)
+
+
+def test_v1_chunks_take_the_fast_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fastavro_path(self: ChunkCodec, value: object) -> None:
+        raise AssertionError("the fastavro path was taken for a v1 chunk")
+
+    monkeypatch.setattr(ChunkCodec, "encode_generic", fastavro_path)
+    monkeypatch.setattr(ChunkCodec, "decode_generic", fastavro_path)
+    chunk = make_chunk()
+    assert decode_chunk(encode_chunk(chunk)).equals(chunk)
