@@ -88,9 +88,10 @@ def test_bad_run_ids_are_config_errors(run_id: str) -> None:
 def test_topic_plan_is_explicit() -> None:
     settings = KafkaSettings(bootstrap_servers="h:9092")
     plans = {p.name: p for p in plan_run_topics(settings, RunTopics.for_run("r"), 6)}
-    experience, control, dead = plans.values()
+    experience, control, dead, telemetry = plans.values()
     assert (experience.partitions, control.partitions, dead.partitions) == (6, 1, 1)
-    assert control.config["retention.ms"] == "-1"
+    assert telemetry.name == "coach-stream.r.telemetry" and telemetry.partitions == 1
+    assert control.config["retention.ms"] == telemetry.config["retention.ms"] == "-1"
     assert int(experience.config["max.message.bytes"]) > settings.max_message_bytes
     with pytest.raises(ConfigError, match="at least 1"):
         plan_run_topics(settings, RunTopics.for_run("r"), 0)
