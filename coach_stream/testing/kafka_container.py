@@ -25,6 +25,7 @@ import os
 import socket
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -50,11 +51,21 @@ class KafkaContainerError(RuntimeError):
     """The containers could not be started or did not become ready (the message says why)."""
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now (the kernel picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports on 127.0.0.1 that nothing listens on now (kernel-picked).
+
+    All are held open until every one is picked, so the kernel cannot hand one out twice.
+    """
+    held: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            held.append(sock)
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in held]
+    finally:
+        for sock in held:
+            sock.close()
 
 
 def cluster_id() -> str:
@@ -143,6 +154,13 @@ def _remove(container: DockerContainer) -> None:
         log.warning("could not remove Kafka container %s: %s", wrapped.short_id, error)
 
 
+def _start(container: DockerContainer) -> None:
+    container.start()
+    wrapped = container._container
+    assert wrapped is not None
+    _live[wrapped.id] = container
+
+
 def remove_orphans() -> list[str]:
     """Remove containers of this module whose owning process (on this host) is gone.
 
@@ -214,23 +232,25 @@ class KafkaCluster:
         """Create and start every node, then wait until the cluster lists all of them."""
         from testcontainers.core.container import DockerContainer
 
-        self.ports = [NodePorts(free_port(), free_port()) for _ in range(self.size)]
-        try:
-            for node_id in range(1, self.size + 1):
-                env = node_environment(
+        picked = free_ports(2 * self.size)
+        self.ports = [NodePorts(picked[2 * i], picked[2 * i + 1]) for i in range(self.size)]
+        self.containers = [
+            DockerContainer(
+                self.image,
+                env=node_environment(
                     node_id,
                     self.ports,
                     self.cluster_id,
                     min_insync_replicas=self.min_insync_replicas,
-                )
-                container = DockerContainer(self.image, env=env).with_kwargs(
-                    network_mode="host",
-                    labels={LABEL: "kafka", OWNER_LABEL: _owner()},
-                )
-                self.containers.append(container)
-                container.start()
-                assert container._container is not None
-                _live[container._container.id] = container
+                ),
+            ).with_kwargs(network_mode="host", labels={LABEL: "kafka", OWNER_LABEL: _owner()})
+            for node_id in range(1, self.size + 1)
+        ]
+        try:
+            # In parallel: with the vfs storage driver creating a container copies the whole
+            # image, and the nodes of a KRaft quorum wait for each other anyway.
+            with ThreadPoolExecutor(max_workers=self.size) as pool:
+                list(pool.map(_start, self.containers))  # re-raises a node's failure
             self.wait_ready(self.size, self.ready_timeout)
         except BaseException:
             self.stop()
