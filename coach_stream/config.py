@@ -110,6 +110,53 @@ class DQNConfig(_Frozen):
     max_grad_norm: float = Field(default=10.0, gt=0)
 
 
+class SACConfig(_Frozen):
+    """Soft Actor-Critic for continuous actions (Haarnoja et al. 2018; CleanRL/SB3 names)."""
+
+    policy_lr: float = Field(default=1e-3, gt=0)
+    q_lr: float = Field(default=1e-3, gt=0)
+    buffer_size: int = Field(default=1_000_000, ge=1)
+    batch_size: int = Field(default=256, ge=1)
+    gamma: float = Field(default=0.99, gt=0, le=1)
+    tau: float = Field(default=0.005, gt=0, le=1)
+    """Polyak factor of the target Q-networks, applied after every gradient step."""
+    learning_starts: int = Field(default=1_000, ge=0)
+    """Env steps in the buffer before the first gradient step; until the trainer has
+    consumed this many, workers act uniformly at random in the bounds."""
+    samples_per_insert: float = Field(default=256.0, gt=0)
+    """Sampled transitions per inserted one (256: one gradient step per env step, SB3's)."""
+    spi_tolerance: float = Field(default=8_192.0, ge=0)
+    policy_frequency: int = Field(default=1, ge=1)
+    """Gradient steps per policy (and temperature) step (CleanRL uses 2, SB3 1)."""
+    alpha: float = Field(default=1.0, gt=0)
+    """The entropy temperature (its initial value when ``autotune``)."""
+    autotune: bool = True
+    """Learn alpha toward ``target_entropy`` (default -|A|, the SAC paper's)."""
+    target_entropy: float | None = None
+    publish_every: int = Field(default=64, ge=1)
+    """Gradient steps between policy versions."""
+
+
+class IMPALAConfig(_Frozen):
+    """IMPALA's learner with V-trace targets (Espeholt et al. 2018), ASYNC on-policy."""
+
+    learning_rate: float = Field(default=1e-3, gt=0)
+    gamma: float = Field(default=0.99, gt=0, le=1)
+    batch_steps: int = Field(default=512, ge=1)
+    """Env steps per gradient step: the newest chunks, whatever version acted them."""
+    rho_bar: float = Field(default=1.0, gt=0)
+    """Truncation of the importance weights in the V-trace targets (rho-bar)."""
+    c_bar: float = Field(default=1.0, gt=0)
+    """Truncation of the trace-cutting weights (c-bar)."""
+    pg_rho_bar: float = Field(default=1.0, gt=0)
+    """Truncation of the importance weight in the policy-gradient term."""
+    vf_coef: float = Field(default=0.5, ge=0)
+    ent_coef: float = Field(default=0.01, ge=0)
+    max_grad_norm: float = Field(default=40.0, gt=0)
+    max_lag: int = Field(default=50, ge=0)
+    """Chunks acted more than this many versions behind are dropped as stale (counted)."""
+
+
 class TrainerConfig(_Frozen):
     """Trainer-side bookkeeping that is independent of the algorithm."""
 
@@ -131,7 +178,7 @@ class Preset(_Frozen):
 
     name: str
     env_id: str
-    algorithm: Literal["ppo", "dqn"]
+    algorithm: Literal["ppo", "dqn", "sac", "impala"]
     mode: Mode
     target_return: float
     """The run ends when the mean of the last ``eval_episodes`` greedy returns reaches it."""
@@ -148,6 +195,8 @@ class Preset(_Frozen):
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     ppo: PPOConfig | None = None
     dqn: DQNConfig | None = None
+    sac: SACConfig | None = None
+    impala: IMPALAConfig | None = None
 
     @field_validator("experience_retention")
     @classmethod
@@ -168,6 +217,13 @@ class Preset(_Frozen):
             raise ValueError("algorithm 'dqn' needs a 'dqn:' section")
         if self.algorithm == "ppo" and self.mode is not Mode.SYNC:
             raise ValueError("PPO is on-policy and runs only in mode 'sync'")
+        for name in ("sac", "impala"):
+            if self.algorithm == name and getattr(self, name) is None:
+                raise ValueError(f"algorithm {name!r} needs a '{name}:' section")
+            if self.algorithm == name and self.mode is not Mode.ASYNC:
+                raise ValueError(
+                    f"{name.upper()} learns from workers that never wait: mode 'async'"
+                )
         return self
 
     @property
@@ -175,6 +231,18 @@ class Preset(_Frozen):
         if self.ppo is None:
             raise ConfigError(f"Preset {self.name!r} has no 'ppo:' section; add one.")
         return self.ppo
+
+    @property
+    def sac_config(self) -> SACConfig:
+        if self.sac is None:
+            raise ConfigError(f"Preset {self.name!r} has no 'sac:' section; add one.")
+        return self.sac
+
+    @property
+    def impala_config(self) -> IMPALAConfig:
+        if self.impala is None:
+            raise ConfigError(f"Preset {self.name!r} has no 'impala:' section; add one.")
+        return self.impala
 
     @property
     def dqn_config(self) -> DQNConfig:

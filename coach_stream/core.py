@@ -187,7 +187,8 @@ class Mode(enum.StrEnum):
 class Action:
     """One step's actions for every env, with the behaviour columns on-policy learning needs."""
 
-    actions: npt.NDArray[np.int64]
+    actions: npt.NDArray[np.int64] | npt.NDArray[np.float32]
+    """int64 (N,) for discrete actions; float32 (N, *action_shape) for continuous ones."""
     log_probs: npt.NDArray[np.float32] | None = None
     values: npt.NDArray[np.float32] | None = None
 

@@ -19,7 +19,10 @@ from typing import Protocol
 import torch
 
 from coach_stream.algorithms.dqn import DQNBuilder
+from coach_stream.algorithms.impala import IMPALABuilder
 from coach_stream.algorithms.ppo import PPOBuilder
+from coach_stream.algorithms.sac import SACBuilder
+from coach_stream.codec import ChunkSpec
 from coach_stream.config import Preset
 from coach_stream.core import Actor, Learner
 from coach_stream.envs import EnvShape
@@ -47,8 +50,29 @@ class AlgorithmBuilder(Protocol):
 BUILDERS: dict[str, Callable[[Preset], AlgorithmBuilder]] = {
     "ppo": PPOBuilder,
     "dqn": DQNBuilder,
+    "sac": SACBuilder,
+    "impala": IMPALABuilder,
 }
 """``Preset.algorithm`` -> builder: the one place algorithm names meet classes."""
+
+
+def chunk_spec(preset: Preset, run_id: str, shape: EnvShape) -> ChunkSpec:
+    """What every chunk of this run must look like at the trainer's door.
+
+    Continuous actions must be finite float32 vectors of the env's action shape; SAC's
+    squashed policy must also stay within the bounds (a Gaussian PPO/IMPALA sample is
+    written unclipped and clipped by the env, so only its finiteness is checked).
+    """
+    bounds = (shape.action_low, shape.action_high) if preset.algorithm == "sac" else None
+    return ChunkSpec(
+        run_id,
+        shape.obs_shape,
+        shape.obs_dtype,
+        shape.num_actions,
+        shape.action_dtype,
+        shape.action_shape,
+        bounds if shape.continuous else None,
+    )
 
 
 def builder_for(preset: Preset) -> AlgorithmBuilder:

@@ -1,5 +1,8 @@
 """PPO's builder: SYNC, one share of ``ppo.num_steps`` steps per env per policy version.
 
+Discrete actions get a categorical policy (``ActorCritic``), continuous (Box) actions a
+diagonal Gaussian (``GaussianActorCritic``); the learner is the same.
+
 Each worker acts ``num_steps`` steps per env with version v and writes the behaviour
 log-probs and values; the trainer's quota for v is every worker's share (``workers *
 num_envs * num_steps``) unless ``ppo.steps_per_update`` sets it. Nothing is refilled on
@@ -14,8 +17,8 @@ from coach_stream.algorithms.common import trainer_settings, worker_settings
 from coach_stream.config import Preset
 from coach_stream.core import Actor, Learner
 from coach_stream.envs import EnvShape
-from coach_stream.policies.actors import PPOActor
-from coach_stream.policies.networks import ActorCritic
+from coach_stream.policies.actors import GaussianPPOActor, PPOActor
+from coach_stream.policies.networks import ActorCritic, GaussianActorCritic
 from coach_stream.rollout.worker import WorkerSettings
 from coach_stream.trainer.loop import TrainerSettings
 from coach_stream.trainer.ppo import PPO
@@ -39,16 +42,25 @@ class PPOBuilder:
     def make_learner(self, shape: EnvShape, workers: int, generator: torch.Generator) -> Learner:
         torch.manual_seed(generator.initial_seed())
         return PPO(
-            ActorCritic(shape, self.preset.network),
+            self._network(shape),
             self.config,
             steps_per_update=self.steps_per_update(workers),
             anneal_steps=self.config.anneal_steps or self.preset.env_step_budget,
             generator=generator,
         )
 
+    def _network(self, shape: EnvShape) -> ActorCritic | GaussianActorCritic:
+        """Categorical policy for discrete actions, diagonal Gaussian for continuous ones."""
+        if shape.continuous:
+            return GaussianActorCritic(shape, self.preset.network)
+        return ActorCritic(shape, self.preset.network)
+
     def make_actor(self, shape: EnvShape, greedy: bool, seed: int) -> Actor:
         torch.manual_seed(seed)  # the initial weights are replaced by the first version
-        return PPOActor(ActorCritic(shape, self.preset.network), greedy, seed)
+        net = self._network(shape)
+        if isinstance(net, GaussianActorCritic):
+            return GaussianPPOActor(net, greedy, seed)
+        return PPOActor(net, greedy, seed)
 
     def make_worker_settings(self, run_id: str, worker_id: int) -> WorkerSettings:
         return worker_settings(self.preset, run_id, worker_id, self.share_steps, behaviour=True)

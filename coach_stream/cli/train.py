@@ -14,7 +14,7 @@ import sys
 import torch
 import typer
 
-from coach_stream.algorithms import builder_for
+from coach_stream.algorithms import builder_for, chunk_spec
 from coach_stream.checkpoints import open_store
 from coach_stream.cli.options import (
     CheckpointsOption,
@@ -27,7 +27,6 @@ from coach_stream.cli.options import (
     checkpoint_url,
     load_run_preset,
 )
-from coach_stream.codec import ChunkSpec
 from coach_stream.envs import SeedRole, probe_shape, process_seed
 from coach_stream.errors import ConfigError
 from coach_stream.events import JsonLines
@@ -85,7 +84,7 @@ def train(
     shape = probe_shape(config.env_id)
     # The trainer's door: a chunk that decodes but does not fit this run (another run, env
     # or action space) is dead-lettered with the reason instead of crashing the learner.
-    spec = ChunkSpec(run_id, shape.obs_shape, shape.obs_dtype, shape.num_actions)
+    spec = chunk_spec(config, run_id, shape)
     with (
         store,
         KafkaExperienceReader(settings, topics, group, spec=spec) as reader,

@@ -87,6 +87,12 @@ class ChunkSpec:
     """Discrete actions: each must be in ``[0, num_actions)``."""
     action_dtype: str = "int64"
     """What every rollout worker writes (``Chunker``); learners index with it."""
+    action_shape: tuple[int, ...] = ()
+    """Continuous actions: each step's action has this shape (float32); () is discrete."""
+    action_bounds: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+    """Continuous actions that must lie within (low, high) per element: set for policies
+    that squash into the bounds (SAC). A Gaussian PPO policy writes its unclipped sample
+    (the env clips it), so only finiteness is checked for it."""
 
     def check(self, chunk: ExperienceChunk) -> None:
         """Raise ``InvalidChunkError`` naming the first way ``chunk`` does not fit the run."""
@@ -102,13 +108,17 @@ class ChunkSpec:
                 f"observations are {obs.dtype}{obs.shape}, the run's are "
                 f"{self.obs_dtype}{(steps + 1, *self.obs_shape)}",
             )
-        if actions.shape != (steps,) or actions.dtype != np.dtype(self.action_dtype):
+        if actions.shape != (steps, *self.action_shape) or actions.dtype != np.dtype(
+            self.action_dtype
+        ):
             self._fail(
                 chunk,
                 f"actions are {actions.dtype}{actions.shape}, the run's are "
-                f"{self.action_dtype}({steps},)",
+                f"{self.action_dtype}{(steps, *self.action_shape)}",
             )
-        if actions.min() < 0 or actions.max() >= self.num_actions:
+        if self.action_shape:
+            self._check_continuous(chunk)
+        elif actions.min() < 0 or actions.max() >= self.num_actions:
             self._fail(
                 chunk,
                 f"actions span {actions.min()}..{actions.max()}, outside the run's "
@@ -119,6 +129,21 @@ class ChunkSpec:
             self._fail(chunk, "rewards hold NaN or infinity")
         if chunk.log_probs is not None and not np.isfinite(chunk.log_probs).all():
             self._fail(chunk, "log_probs hold NaN or infinity")
+
+    def _check_continuous(self, chunk: ExperienceChunk) -> None:
+        actions = chunk.actions.reshape(chunk.num_steps, -1)
+        if not np.isfinite(actions).all():
+            self._fail(chunk, "actions hold NaN or infinity")
+        if self.action_bounds is None:
+            return
+        low, high = (np.asarray(b, dtype=np.float32) for b in self.action_bounds)
+        slack = 1e-5 * np.maximum(1.0, high - low)  # float32 rounding of a squashed action
+        if (actions < low - slack).any() or (actions > high + slack).any():
+            self._fail(
+                chunk,
+                f"actions span {actions.min():.4g}..{actions.max():.4g}, outside the run's "
+                f"bounds {self.action_bounds[0]}..{self.action_bounds[1]}",
+            )
 
     def _fail(self, chunk: ExperienceChunk, why: str) -> NoReturn:
         raise InvalidChunkError(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -41,26 +42,66 @@ def process_seed(run_seed: int, worker_id: int, role: SeedRole) -> int:
 
 @dataclass(frozen=True)
 class EnvShape:
-    """What networks need to know about an environment: observation size and action count."""
+    """What networks need to know about an environment: observations and actions.
+
+    Discrete actions: ``num_actions`` choices, written as int64 scalars. Continuous (Box)
+    actions: ``action_shape`` is their shape, ``num_actions`` their flat size, and
+    ``action_low``/``action_high`` the bounds; written as float32 vectors.
+    """
 
     obs_shape: tuple[int, ...]
     num_actions: int
     obs_dtype: str = "float32"
     """The observation space's dtype (gymnasium's Box default): what every chunk carries."""
+    action_shape: tuple[int, ...] = ()
+    """() for discrete actions; the Box's shape for continuous ones."""
+    action_low: tuple[float, ...] = ()
+    action_high: tuple[float, ...] = ()
 
     @property
     def obs_dim(self) -> int:
         return int(np.prod(self.obs_shape))
 
+    @property
+    def continuous(self) -> bool:
+        return self.action_shape != ()
+
+    @property
+    def action_dtype(self) -> str:
+        """What rollout workers write into a chunk's ``actions`` column."""
+        return "float32" if self.continuous else "int64"
+
+
+class ClipToBounds(gym.ActionWrapper[Any, Any, Any]):
+    """Clips Box actions to the bounds and, unlike gymnasium's ``ClipAction``, keeps the
+    bounded action space visible (networks scale to it, the trainer's door checks it)."""
+
+    def action(self, action: Any) -> Any:
+        space = self.action_space
+        assert isinstance(space, gym.spaces.Box)
+        return np.clip(action, space.low, space.high)
+
+
+def _clip_box_actions(env: gym.Env[Any, Any]) -> gym.Wrapper[Any, Any, Any, Any]:
+    if isinstance(env.action_space, gym.spaces.Box):
+        return ClipToBounds(env)
+    return gym.Wrapper(env)  # a no-op layer: make_vec wants a wrapper for every env
+
 
 def make_vector_env(env_id: str, num_envs: int) -> VectorEnv:
-    """A synchronous vector env (one process: the worker is the unit of parallelism)."""
+    """A synchronous vector env (one process: the worker is the unit of parallelism).
+
+    Continuous actions are clipped to the action space's bounds inside each env
+    (gymnasium's ``ClipAction``, as CleanRL's continuous PPO does): a Gaussian policy's
+    sample is written to the chunk unclipped, so its log-prob stays exact.
+    """
     try:
         return gym.make_vec(
             env_id,
             num_envs=num_envs,
             vectorization_mode="sync",
             vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+            wrappers=[_clip_box_actions],
         )
     except gym.error.Error as error:
         raise ConfigError(
@@ -70,19 +111,31 @@ def make_vector_env(env_id: str, num_envs: int) -> VectorEnv:
 
 
 def env_shape(envs: VectorEnv) -> EnvShape:
-    """The observation shape and number of discrete actions of one sub-environment."""
+    """The observation shape and the (discrete or Box) actions of one sub-environment."""
     obs_space, action_space = envs.single_observation_space, envs.single_action_space
-    if not isinstance(action_space, gym.spaces.Discrete):
-        raise ConfigError(
-            f"Action space {action_space} is not Discrete; the built-in PPO and DQN support "
-            "discrete actions only, pick a discrete environment."
-        )
     if not isinstance(obs_space, gym.spaces.Box):
         raise ConfigError(f"Observation space {obs_space} is not a Box; use a vector observation.")
-    return EnvShape(
-        obs_shape=tuple(obs_space.shape),
-        num_actions=int(action_space.n),
-        obs_dtype=np.dtype(obs_space.dtype).name,
+    obs_shape, obs_dtype = tuple(obs_space.shape), np.dtype(obs_space.dtype).name
+    if isinstance(action_space, gym.spaces.Discrete):
+        return EnvShape(obs_shape, int(action_space.n), obs_dtype)
+    if isinstance(action_space, gym.spaces.Box):
+        low, high = action_space.low.reshape(-1), action_space.high.reshape(-1)
+        if not (np.isfinite(low).all() and np.isfinite(high).all()):
+            raise ConfigError(
+                f"Action space {action_space} is unbounded; continuous policies squash or "
+                "clip to finite bounds, wrap the env with finite ones."
+            )
+        return EnvShape(
+            obs_shape,
+            int(low.size),
+            obs_dtype,
+            action_shape=tuple(action_space.shape),
+            action_low=tuple(float(x) for x in low),
+            action_high=tuple(float(x) for x in high),
+        )
+    raise ConfigError(
+        f"Action space {action_space} is neither Discrete nor Box; pick an environment with "
+        "discrete or continuous (Box) actions."
     )
 
 

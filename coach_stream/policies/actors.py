@@ -20,7 +20,13 @@ import torch
 from coach_stream.config import DQNConfig
 from coach_stream.core import Action, LoadedPolicy
 from coach_stream.errors import IntegrityError
-from coach_stream.policies.networks import ActorCritic, QNetwork
+from coach_stream.policies.networks import (
+    ActorCritic,
+    GaussianActorCritic,
+    QNetwork,
+    SquashedGaussianActor,
+    normal_log_prob,
+)
 
 
 def _load_into(module: torch.nn.Module, state_dict: Mapping[str, object], version: int) -> None:
@@ -101,3 +107,66 @@ class DQNActor:
             random_actions = self._rng.integers(0, q.shape[-1], n, dtype=np.int64)
             actions = np.where(explore, random_actions, actions)
         return Action(actions=actions)
+
+
+class GaussianPPOActor:
+    """Samples PPO's diagonal Gaussian (its mean when greedy); the env clips to bounds."""
+
+    def __init__(self, net: GaussianActorCritic, greedy: bool, seed: int) -> None:
+        self.net, self.greedy, self.version = net, greedy, -1
+        self._generator = torch.Generator().manual_seed(seed)
+
+    def load(self, policy: LoadedPolicy) -> None:
+        _load_into(self.net, policy.state_dict, policy.version.version)
+        self.version = policy.version.version
+
+    @torch.no_grad()
+    def act(self, obs: npt.NDArray[np.generic]) -> Action:
+        x = torch.as_tensor(obs, dtype=torch.float32)
+        mean, log_std = self.net.mean_and_log_std(x)
+        shape = (len(x), *self.net.action_shape)
+        if self.greedy:
+            return Action(actions=mean.reshape(shape).numpy().astype(np.float32))
+        noise = torch.randn(mean.shape, generator=self._generator)
+        sample = mean + log_std.exp() * noise
+        return Action(
+            actions=sample.reshape(shape).numpy().astype(np.float32),
+            log_probs=normal_log_prob(sample, mean, log_std).sum(-1).numpy().astype(np.float32),
+            values=self.net.get_value(x).numpy().astype(np.float32),
+        )
+
+
+class SACActor:
+    """Samples SAC's squashed Gaussian (tanh of its mean when greedy): always in bounds.
+
+    Until the trainer has consumed ``uniform_steps`` env steps (the version says how
+    many), it acts uniformly at random in the bounds, as SB3's and CleanRL's
+    ``learning_starts`` do, so the first replay is not one untrained policy's.
+    """
+
+    def __init__(
+        self, net: SquashedGaussianActor, greedy: bool, seed: int, uniform_steps: int = 0
+    ) -> None:
+        self.net, self.greedy, self.version = net, greedy, -1
+        self.uniform_steps = uniform_steps
+        self._generator = torch.Generator().manual_seed(seed)
+        self._trainer_env_steps = 0
+
+    def load(self, policy: LoadedPolicy) -> None:
+        _load_into(self.net, policy.state_dict, policy.version.version)
+        self.version = policy.version.version
+        self._trainer_env_steps = policy.version.env_steps
+
+    @torch.no_grad()
+    def act(self, obs: npt.NDArray[np.generic]) -> Action:
+        x = torch.as_tensor(obs, dtype=torch.float32)
+        shape = (len(x), *self.net.action_shape)
+        if self.greedy:
+            actions = self.net.greedy(x)
+        elif self._trainer_env_steps < self.uniform_steps:
+            scale, bias = self.net.action_scale, self.net.action_bias
+            u = torch.rand((len(x), scale.numel()), generator=self._generator)
+            actions = (2 * u - 1) * scale + bias
+        else:
+            actions, _ = self.net.sample(x, self._generator)
+        return Action(actions=actions.reshape(shape).numpy().astype(np.float32))

@@ -7,6 +7,8 @@ in the sub-millisecond range on one CPU thread.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 from torch import nn
@@ -73,3 +75,110 @@ class QNetwork(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         q: torch.Tensor = self.net(obs.flatten(1))
         return q
+
+
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def normal_log_prob(x: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+    """Elementwise log N(x; mean, exp(log_std)^2) (torch.distributions, without its cost)."""
+    return -0.5 * ((x - mean) / log_std.exp()) ** 2 - log_std - _HALF_LOG_2PI
+
+
+class GaussianActorCritic(nn.Module):
+    """PPO's policy for continuous actions: a diagonal Gaussian with a state-independent
+    log-std (CleanRL's ``ppo_continuous_action.py``) and a separate value MLP.
+
+    Samples are not squashed: the env clips them (``envs.vector.ClipToBounds``) and the
+    chunk keeps the raw sample, so the behaviour log-prob is exact.
+    """
+
+    def __init__(self, shape: EnvShape, config: NetworkConfig) -> None:
+        super().__init__()
+        self.action_shape = shape.action_shape
+        self.critic = _mlp(shape.obs_dim, config, 1, 1.0)
+        self.actor_mean = _mlp(shape.obs_dim, config, shape.num_actions, 0.01)
+        self.actor_logstd = nn.Parameter(torch.zeros(1, shape.num_actions))
+
+    def get_value(self, obs: torch.Tensor) -> torch.Tensor:
+        value: torch.Tensor = self.critic(obs.flatten(1)).squeeze(-1)
+        return value
+
+    def mean_and_log_std(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean: torch.Tensor = self.actor_mean(obs.flatten(1))
+        return mean, self.actor_logstd.expand_as(mean)
+
+    def get_action_and_value(
+        self, obs: torch.Tensor, action: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(action, log_prob, entropy, value); log-prob and entropy summed over dimensions."""
+        mean, log_std = self.mean_and_log_std(obs)
+        if action is None:
+            flat = mean + log_std.exp() * torch.randn_like(mean)
+        else:
+            flat = action.reshape(len(obs), -1)
+        log_prob = normal_log_prob(flat, mean, log_std).sum(-1)
+        entropy = (0.5 + _HALF_LOG_2PI + log_std).sum(-1)
+        return flat.reshape(len(obs), *self.action_shape), log_prob, entropy, self.get_value(obs)
+
+
+_LOG_STD_MIN, _LOG_STD_MAX = -5.0, 2.0  # CleanRL's SAC bounds on the policy's log-std
+
+
+class SquashedGaussianActor(nn.Module):
+    """SAC's policy: a Gaussian squashed by tanh and scaled to the action bounds.
+
+    ``action_scale``/``action_bias`` are buffers, so a policy version carries the bounds
+    it was trained for and a worker cannot act it against other ones.
+    """
+
+    action_scale: torch.Tensor
+    action_bias: torch.Tensor
+
+    def __init__(self, shape: EnvShape, config: NetworkConfig) -> None:
+        super().__init__()
+        self.action_shape = shape.action_shape
+        self.torso = _mlp(shape.obs_dim, config, 2 * shape.num_actions, 0.01)
+        low = torch.tensor(shape.action_low, dtype=torch.float32)
+        high = torch.tensor(shape.action_high, dtype=torch.float32)
+        self.register_buffer("action_scale", (high - low) / 2.0)
+        self.register_buffer("action_bias", (high + low) / 2.0)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean, log_std) of the pre-squash Gaussian."""
+        mean, log_std = self.torso(obs.flatten(1)).chunk(2, dim=-1)
+        log_std = torch.tanh(log_std)
+        log_std = _LOG_STD_MIN + 0.5 * (_LOG_STD_MAX - _LOG_STD_MIN) * (log_std + 1)
+        return mean, log_std
+
+    def sample(
+        self, obs: torch.Tensor, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(action in the bounds, its log-prob with the tanh change of variables)."""
+        mean, log_std = self(obs)
+        std = log_std.exp()
+        noise = torch.randn(mean.shape, generator=generator, device=mean.device)
+        x = mean + std * noise  # reparameterized: gradients flow through mean and std
+        y = torch.tanh(x)
+        scale = self.action_scale
+        action = y * scale + self.action_bias
+        log_prob = normal_log_prob(x, mean, log_std)
+        log_prob = log_prob - torch.log(scale * (1 - y.pow(2)) + 1e-6)
+        return action, log_prob.sum(-1)
+
+    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
+        mean, _ = self(obs)
+        action = torch.tanh(mean) * self.action_scale + self.action_bias
+        return action
+
+
+class SoftQNetwork(nn.Module):
+    """Q(s, a) for a continuous action (SAC keeps two, and a target copy of each)."""
+
+    def __init__(self, shape: EnvShape, config: NetworkConfig) -> None:
+        super().__init__()
+        self.net = _mlp(shape.obs_dim + shape.num_actions, config, 1, 1.0)
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        q: torch.Tensor = self.net(torch.cat([obs.flatten(1), action.flatten(1)], -1))
+        return q.squeeze(-1)

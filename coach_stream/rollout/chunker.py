@@ -34,12 +34,16 @@ class Chunker:
         obs_shape: tuple[int, ...],
         obs_dtype: np.dtype[Any],
         behaviour: bool,
+        action_shape: tuple[int, ...] = (),
+        action_dtype: type[np.generic] = np.int64,
     ) -> None:
+        """``action_shape``/``action_dtype``: () int64 for discrete actions, the Box's
+        shape and float32 for continuous ones."""
         self.run_id, self.worker_id = run_id, worker_id
         self.num_envs, self.chunk_steps, self.behaviour = num_envs, chunk_steps, behaviour
         n, t = num_envs, chunk_steps
         self._obs = np.zeros((n, t + 1, *obs_shape), dtype=obs_dtype)
-        self._actions = np.zeros((n, t), dtype=np.int64)
+        self._actions = np.zeros((n, t, *action_shape), dtype=action_dtype)
         self._rewards = np.zeros((n, t), dtype=np.float32)
         self._terminated = np.zeros((n, t), dtype=np.bool_)
         self._truncated = np.zeros((n, t), dtype=np.bool_)

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 from gymnasium.vector import VectorEnv
 
@@ -61,6 +62,13 @@ class WorkerSettings:
     log_every_s: float = 1.0
     max_lead_steps: int | None = None
     """ASYNC: steps with one version after which the worker waits (bounded) for a newer one."""
+
+
+def _action_layout(space: Any) -> dict[str, Any]:
+    """How the chunker stores actions: int64 scalars, or float32 vectors for a Box."""
+    if isinstance(space, gym.spaces.Box):
+        return {"action_shape": tuple(space.shape), "action_dtype": np.float32}
+    return {}
 
 
 def first_policy(source: PolicySource, wait_s: float) -> LoadedPolicy:
@@ -107,6 +115,7 @@ class RolloutWorker:
             tuple(obs_space.shape),
             np.dtype(obs_space.dtype),
             behaviour=settings.behaviour,
+            **_action_layout(envs.single_action_space),
         )
         self.env_steps = 0
         self.chunks_written = 0

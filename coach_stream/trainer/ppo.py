@@ -25,7 +25,7 @@ from torch import nn, optim
 
 from coach_stream.config import PPOConfig
 from coach_stream.core import ExperienceChunk, Ingested
-from coach_stream.policies.networks import ActorCritic
+from coach_stream.policies.networks import ActorCritic, GaussianActorCritic
 
 _LR_FLOOR = 0.05  # of the initial learning rate: a run past anneal_steps still learns
 
@@ -63,7 +63,7 @@ class PPOBatch:
     """One version's steps as flat tensors (bootstrap rows removed) and the update's targets."""
 
     observations: torch.Tensor  # (N, *obs_shape) float32: the observation each action was in
-    actions: torch.Tensor  # (N,) int64
+    actions: torch.Tensor  # (N,) int64, or (N, *action_shape) float32 for a Gaussian policy
     log_probs: torch.Tensor  # (N,) behaviour log-probs, from the chunks
     values: torch.Tensor  # (N,) V(observation) by the network that *is* version v
     advantages: torch.Tensor  # (N,) GAE
@@ -107,7 +107,8 @@ def build_batch(
     advantages = gae(rewards, values, bootstrap, terminated, chunk_end, gamma, lam)
     return PPOBatch(
         observations=obs[torch.from_numpy(~is_bootstrap)],
-        actions=torch.from_numpy(np.concatenate([ch.actions for ch in chunks]).reshape(-1)),
+        # (N,) discrete or (N, *action_shape) continuous actions
+        actions=torch.from_numpy(np.concatenate([ch.actions for ch in chunks])),
         log_probs=torch.from_numpy(
             np.concatenate([ch.log_probs for ch in chunks if ch.log_probs is not None])
         ),
@@ -122,7 +123,7 @@ class PPO:
 
     def __init__(
         self,
-        net: ActorCritic,
+        net: ActorCritic | GaussianActorCritic,
         config: PPOConfig,
         steps_per_update: int,
         anneal_steps: int,

@@ -38,11 +38,18 @@ class ReplaySample:
 class ReplayBuffer:
     """A fixed-capacity ring of transitions."""
 
-    def __init__(self, capacity: int, obs_shape: tuple[int, ...]) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        obs_shape: tuple[int, ...],
+        action_shape: tuple[int, ...] = (),
+        action_dtype: type[np.generic] = np.int64,
+    ) -> None:
+        """``action_shape``/``action_dtype``: () int64 (DQN) or the Box's shape, float32 (SAC)."""
         self.capacity = capacity
         self._obs = np.zeros((capacity, *obs_shape), dtype=np.float32)
         self._next_obs = np.zeros((capacity, *obs_shape), dtype=np.float32)
-        self._actions = np.zeros(capacity, dtype=np.int64)
+        self._actions = np.zeros((capacity, *action_shape), dtype=action_dtype)
         self._rewards = np.zeros(capacity, dtype=np.float32)
         self._terminated = np.zeros(capacity, dtype=np.float32)
         self._cursor = 0
@@ -57,7 +64,7 @@ class ReplayBuffer:
         obs = chunk.observations
         self._obs[index] = obs[:-1]
         self._next_obs[index] = obs[1:]
-        self._actions[index] = chunk.actions.reshape(n)
+        self._actions[index] = chunk.actions.reshape(n, *self._actions.shape[1:])
         self._rewards[index] = chunk.rewards
         self._terminated[index] = chunk.terminated
         self._cursor = int((self._cursor + n) % self.capacity)

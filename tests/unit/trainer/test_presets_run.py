@@ -12,6 +12,8 @@ from coach_stream.config import builtin_presets, load_preset
 _SMALL = {
     "ppo": ["ppo.num_steps=16"],
     "dqn": ["dqn.learning_starts=64", "dqn.publish_every=4", "dqn.batch_size=16"],
+    "sac": ["sac.learning_starts=64", "sac.publish_every=4", "sac.batch_size=16"],
+    "impala": ["impala.batch_steps=32"],
 }
 
 

@@ -1,0 +1,197 @@
+"""IMPALA's learner with V-trace off-policy correction (Espeholt et al. 2018, "IMPALA:
+Scalable Distributed Deep-RL with Importance Weighted Actor-Learner Architectures").
+
+ASYNC on-policy: workers never wait for a version; each chunk carries the behaviour
+policy's log-probs (mu), and the chunk may be several versions behind the learner's
+policy (pi). V-trace corrects for that lag with truncated importance weights. Per chunk
+of T steps with observations x_0..x_T (x_T the bootstrap row)::
+
+    rho_t = min(rho_bar, pi(a_t|x_t) / mu(a_t|x_t))        c_t = min(c_bar, pi / mu)
+    d_t   = gamma * (1 - terminated_t)
+    delta_t = rho_t * (r_t + d_t * V(x_{t+1}) - V(x_t))
+    v_t - V(x_t) = delta_t + d_t * c_t * (v_{t+1} - V(x_{t+1}))      with v_T = V(x_T)
+    policy gradient advantage: min(pg_rho_bar, pi / mu) * (r_t + d_t * v_{t+1} - V(x_t))
+
+A chunk cut mid-episode (chunk or time limit) bootstraps from V(x_T); a terminated step
+does not. Loss: -A * log pi(a|x) + vf_coef * 0.5 (v - V)^2 - ent_coef * entropy, one
+gradient step per ``batch_steps`` env steps, and every step is a new version. The lag
+(learner version minus the chunk's behaviour version) of every chunk it learned from is
+reported as a histogram (``lag_0`` .. ``lag_4+``), with the mean importance weight and
+the fraction truncated, so the correction V-trace made is visible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn, optim
+
+from coach_stream.config import IMPALAConfig
+from coach_stream.core import ExperienceChunk, Ingested
+from coach_stream.policies.networks import ActorCritic, GaussianActorCritic
+
+LAG_BUCKETS = 5
+"""Histogram buckets lag_0 .. lag_3 and lag_4+ (the last collects everything older)."""
+
+
+def vtrace(
+    log_rhos: torch.Tensor,
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    discounts: torch.Tensor,
+    chunk_end: torch.Tensor,
+    rho_bar: float,
+    c_bar: float,
+    pg_rho_bar: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """V-trace targets v_t and policy-gradient advantages over concatenated chunks.
+
+    All arguments are (N,) over the steps of one or more chunks laid end to end;
+    ``next_values[t]`` is V(x_{t+1}) (the bootstrap row's value on a chunk's last step),
+    ``discounts[t]`` is gamma * (1 - terminated_t), and ``chunk_end[t]`` marks each
+    chunk's last step, where the recursion restarts from v_T = V(x_T).
+    """
+    rhos = log_rhos.exp()
+    clipped_rhos = rhos.clamp(max=rho_bar)
+    cs = rhos.clamp(max=c_bar)
+    deltas = clipped_rhos * (rewards + discounts * next_values - values)
+    corrections = torch.zeros_like(values)  # v_t - V(x_t)
+    carry = torch.zeros(())
+    for t in range(len(values) - 1, -1, -1):
+        if chunk_end[t]:
+            carry = torch.zeros(())  # v_T - V(x_T) = 0 past the chunk's last step
+        carry = deltas[t] + discounts[t] * cs[t] * carry
+        corrections[t] = carry
+    vs = values + corrections
+    # v_{t+1}: the next step's target inside a chunk, V(x_T) after its last step
+    next_vs = torch.where(chunk_end, next_values, torch.roll(vs, -1))
+    pg_advantages = rhos.clamp(max=pg_rho_bar) * (rewards + discounts * next_vs - values)
+    return vs, pg_advantages
+
+
+class IMPALA:
+    """The learner: an actor-critic updated on the newest chunks with V-trace targets."""
+
+    def __init__(
+        self,
+        net: ActorCritic | GaussianActorCritic,
+        config: IMPALAConfig,
+        generator: torch.Generator,
+    ) -> None:
+        self.net, self.config, self.generator = net, config, generator
+        self.optimizer = optim.Adam(net.parameters(), lr=config.learning_rate, eps=1e-5)
+        self._pending: list[tuple[ExperienceChunk, int]] = []  # (chunk, its lag)
+        self._pending_steps = 0
+        self._updates = 0
+
+    @property
+    def updates(self) -> int:
+        return self._updates
+
+    def ingest(self, chunks: Sequence[ExperienceChunk], version: int) -> Ingested:
+        used = stale_chunks = stale_steps = 0
+        for chunk in chunks:
+            lag = max(0, version - chunk.policy_version)
+            if chunk.log_probs is None or lag > self.config.max_lag:
+                stale_chunks += 1  # no behaviour log-probs, or too old to correct usefully
+                stale_steps += chunk.num_steps
+                continue
+            self._pending.append((chunk, lag))
+            used += chunk.num_steps
+        self._pending_steps += used
+        return Ingested(used, stale_chunks, stale_steps)
+
+    def refill(self, chunks: Sequence[ExperienceChunk]) -> None:
+        return None  # experience from before a restart is left behind, like PPO's
+
+    def wants_data(self) -> bool:
+        return not self.ready()
+
+    def ready(self) -> bool:
+        return self._pending_steps >= self.config.batch_steps
+
+    def learn(self, env_steps: int) -> tuple[dict[str, float], bool]:
+        pending, self._pending, self._pending_steps = self._pending, [], 0
+        chunks = [chunk for chunk, _ in pending]
+        c, net = self.config, self.net
+        obs = torch.from_numpy(
+            np.concatenate([ch.observations for ch in chunks]).astype(np.float32, copy=False)
+        )
+        lengths = np.array([ch.num_steps for ch in chunks])
+        rows_end = np.cumsum(lengths + 1)
+        is_bootstrap = np.zeros(len(obs), dtype=np.bool_)
+        is_bootstrap[rows_end - 1] = True
+        step_rows = torch.from_numpy(~is_bootstrap)
+        actions = torch.from_numpy(np.concatenate([ch.actions for ch in chunks]))
+        _, log_pi, entropy, _ = net.get_action_and_value(obs[step_rows], actions)
+        all_values = net.get_value(obs)  # every row, bootstrap rows included
+        values = all_values[step_rows]
+        next_rows = torch.from_numpy(np.flatnonzero(~is_bootstrap) + 1)
+        next_values = all_values[next_rows]  # x_{t+1} is the next row, bootstrap row included
+        chunk_end = torch.zeros(len(values), dtype=torch.bool)
+        chunk_end[torch.from_numpy(np.cumsum(lengths) - 1)] = True
+        rewards = torch.from_numpy(np.concatenate([ch.rewards for ch in chunks]))
+        terminated = torch.from_numpy(np.concatenate([ch.terminated for ch in chunks]))
+        behaviour = torch.from_numpy(
+            np.concatenate([ch.log_probs for ch in chunks if ch.log_probs is not None])
+        )
+        log_rhos = log_pi.detach() - behaviour
+        with torch.no_grad():
+            vs, pg_adv = vtrace(
+                log_rhos,
+                rewards,
+                values.detach(),
+                next_values.detach(),
+                c.gamma * (~terminated).float(),
+                chunk_end,
+                c.rho_bar,
+                c.c_bar,
+                c.pg_rho_bar,
+            )
+        pg_loss = -(pg_adv * log_pi).mean()
+        v_loss = 0.5 * ((vs - values) ** 2).mean()
+        entropy_loss = entropy.mean()
+        loss = pg_loss + c.vf_coef * v_loss - c.ent_coef * entropy_loss
+        self.optimizer.zero_grad()
+        loss.backward()  # type: ignore[no-untyped-call]
+        nn.utils.clip_grad_norm_(net.parameters(), c.max_grad_norm)
+        self.optimizer.step()
+        self._updates += 1
+
+        rhos = log_rhos.exp()
+        lags = np.minimum([lag for _, lag in pending], LAG_BUCKETS - 1)
+        histogram = np.bincount(lags, weights=lengths, minlength=LAG_BUCKETS)
+        metrics = {
+            "loss": loss.item(),
+            "policy_loss": pg_loss.item(),
+            "value_loss": v_loss.item(),
+            "entropy": entropy_loss.item(),
+            "batch_steps": float(lengths.sum()),
+            "vtrace/rho_mean": rhos.mean().item(),
+            "vtrace/rho_clipped_fraction": (rhos > c.rho_bar).float().mean().item(),
+            "vtrace/lag_mean": float(np.average([lag for _, lag in pending], weights=lengths)),
+        }
+        for bucket, steps in enumerate(histogram):  # env steps learned at each lag
+            label = f"{bucket}+" if bucket == LAG_BUCKETS - 1 else str(bucket)
+            metrics[f"vtrace/lag_{label}"] = float(steps)
+        return metrics, True
+
+    def policy_state_dict(self) -> Mapping[str, torch.Tensor]:
+        return self.net.state_dict()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "net": self.net.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "updates": self._updates,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.net.load_state_dict(state["net"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self._updates = int(state["updates"])
+        self._pending, self._pending_steps = [], 0
