@@ -308,7 +308,8 @@ class NomadOrchestrator:
                     f"({_why(alloc)}); read `coach-stream logs {run_id} --orchestrator nomad "
                     f"--task {_name_of(alloc)}`."
                 )
-            running = [a for a in live.values() if a["ClientStatus"] == "running"]
+            # A task may already have finished (complete) by the time it is seen: started.
+            running = [a for a in live.values() if a["ClientStatus"] in ("running", "complete")]
             if len(live) >= wanted and len(running) >= wanted:
                 return
             if time.monotonic() > deadline:

@@ -114,6 +114,23 @@ def test_submit_waits_for_running_then_status_logs_scale_and_stop_purge(
     nomad_double.assert_no_violations()
 
 
+def test_logs_follow_streams_a_task_until_its_allocation_ends(nomad_double: NomadDouble) -> None:
+    code = "import time\nfor i in range(3): print('line', i, flush=True); time.sleep(0.3)\n"
+    cli = (sys.executable, "-c", code)
+    spec = RunSpec(
+        "follow",
+        (
+            TaskSpec("trainer", "trainer", (*cli, "train")),
+            TaskSpec("rollout-0", "rollout", (*cli, "rollout", "--worker-id", "0")),
+        ),
+    )
+    orch = orchestrator(nomad_double)
+    orch.submit(spec)
+    assert list(orch.follow_logs("follow", "trainer")) == ["line 0", "line 1", "line 2"]
+    nomad_double.wait_until(lambda: not nomad_double.pids(), what="the tasks ended")
+    assert {s.state for s in orch.status("follow")} == {TaskState.COMPLETE}
+
+
 def test_a_task_that_cannot_start_fails_submit_and_leaves_no_job(
     nomad_double: NomadDouble,
 ) -> None:
