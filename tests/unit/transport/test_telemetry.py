@@ -39,12 +39,13 @@ def test_an_event_round_trips_as_the_json_line_would_read() -> None:
 
 def test_progress_reads_telemetry_events_like_log_lines() -> None:
     progress = RunProgress(eval_episodes=4)
-    for task, event, fields in [
+    reported: list[tuple[str, str, dict[str, object]]] = [
         ("trainer", "started", {}),
         ("trainer", "progress", {"time/env_steps": 100}),
         ("evaluator", "evaluation", {"mean_return": 50.0, "episodes": 4}),
         ("trainer", "finished", {"reason": "target_reached"}),
-    ]:
+    ]
+    for task, event, fields in reported:
         progress.feed_event(*decode_event(encode_event("r", task, event, fields)))
     assert progress.trainer_starts == 1 and progress.env_steps == 100
     assert progress.mean_eval_return == 50.0
