@@ -171,6 +171,10 @@ class TrainerConfig(_Frozen):
     refill_idle_s: float = Field(default=30.0, gt=0)
     """A resuming DQN re-reads the log into replay; it stops short after this long idle."""
     log_every_s: float = Field(default=1.0, gt=0)
+    device: Literal["auto", "cpu", "cuda"] = "cpu"
+    """Where the trainer's networks learn (``coach-stream train --device`` overrides it):
+    ``auto`` takes a GPU when torch sees one. Workers always act on the CPU. The default
+    stays ``cpu``: the built-in MLP presets are faster on one CPU thread than on a GPU."""
 
 
 class Preset(_Frozen):

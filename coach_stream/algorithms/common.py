@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import torch
+
 from coach_stream.config import Preset
 from coach_stream.rollout.worker import WorkerSettings
+from coach_stream.trainer.device import resolve_device
 from coach_stream.trainer.loop import TrainerSettings
+
+
+def learner_device(preset: Preset) -> torch.device:
+    """The device the trainer's learner uses (``trainer.device``; ``--device`` sets it)."""
+    return resolve_device(preset.trainer.device)
 
 
 def worker_settings(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from coach_stream.algorithms.common import trainer_settings, worker_settings
+from coach_stream.algorithms.common import learner_device, trainer_settings, worker_settings
 from coach_stream.config import Preset
 from coach_stream.core import Actor, Learner
 from coach_stream.envs import EnvShape
@@ -37,7 +37,7 @@ class IMPALABuilder:
 
     def make_learner(self, shape: EnvShape, workers: int, generator: torch.Generator) -> Learner:
         torch.manual_seed(generator.initial_seed())
-        return IMPALA(self._network(shape), self.config, generator)
+        return IMPALA(self._network(shape), self.config, generator, learner_device(self.preset))
 
     def make_actor(self, shape: EnvShape, greedy: bool, seed: int) -> Actor:
         torch.manual_seed(seed)  # the initial weights are replaced by the first version

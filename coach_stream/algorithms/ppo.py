@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from coach_stream.algorithms.common import trainer_settings, worker_settings
+from coach_stream.algorithms.common import learner_device, trainer_settings, worker_settings
 from coach_stream.config import Preset
 from coach_stream.core import Actor, Learner
 from coach_stream.envs import EnvShape
@@ -47,6 +47,7 @@ class PPOBuilder:
             steps_per_update=self.steps_per_update(workers),
             anneal_steps=self.config.anneal_steps or self.preset.env_step_budget,
             generator=generator,
+            device=learner_device(self.preset),
         )
 
     def _network(self, shape: EnvShape) -> ActorCritic | GaussianActorCritic:

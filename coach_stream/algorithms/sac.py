@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from coach_stream.algorithms.common import trainer_settings, worker_settings
+from coach_stream.algorithms.common import learner_device, trainer_settings, worker_settings
 from coach_stream.config import Preset
 from coach_stream.core import Actor, Learner
 from coach_stream.envs import EnvShape
@@ -50,6 +50,7 @@ class SACBuilder:
             shape.obs_shape,
             shape.action_shape,
             generator,
+            learner_device(self.preset),
         )
 
     def make_actor(self, shape: EnvShape, greedy: bool, seed: int) -> Actor:

@@ -31,6 +31,7 @@ from coach_stream.envs import SeedRole, probe_shape, process_seed
 from coach_stream.errors import ConfigError
 from coach_stream.events import JsonLines
 from coach_stream.replay.retention import parse_retention
+from coach_stream.trainer.device import resolve_device
 from coach_stream.trainer.loop import Trainer
 from coach_stream.transport.admin import ensure_run_topics
 from coach_stream.transport.control import KafkaControlPublisher, KafkaControlSubscriber
@@ -65,10 +66,18 @@ def train(
     workers: int = typer.Option(2, "--workers", min=1, help="Rollout workers of the run."),
     seed: int | None = SeedOption,
     overrides: list[str] = SetOption,
+    device: str | None = typer.Option(
+        None,
+        "--device",
+        help="Where the trainer learns: auto (a GPU when there is one), cpu or cuda. "
+        "Default: the preset's trainer.device (cpu). Workers always act on the CPU.",
+    ),
 ) -> None:
     """Train a preset: read experience, learn, announce policy versions, end the run."""
     setup_process()
-    config = load_run_preset(preset, seed, overrides)
+    device_override = [] if device is None else [f"trainer.device={device}"]
+    config = load_run_preset(preset, seed, [*overrides, *device_override])
+    resolve_device(config.trainer.device)  # a missing GPU is reported before anything starts
     settings = kafka_settings(kafka)
     topics = RunTopics.for_run(run_id, settings.topic_prefix)
     retention = parse_retention(config.experience_retention)

@@ -157,7 +157,8 @@ class SquashedGaussianActor(nn.Module):
         """(action in the bounds, its log-prob with the tanh change of variables)."""
         mean, log_std = self(obs)
         std = log_std.exp()
-        noise = torch.randn(mean.shape, generator=generator, device=mean.device)
+        # drawn on the CPU (the seeded generator's device), then moved to the net's
+        noise = torch.randn(mean.shape, generator=generator).to(mean.device)
         x = mean + std * noise  # reparameterized: gradients flow through mean and std
         y = torch.tanh(x)
         scale = self.action_scale

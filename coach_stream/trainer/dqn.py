@@ -32,6 +32,7 @@ from torch import nn, optim
 from coach_stream.config import DQNConfig
 from coach_stream.core import ExperienceChunk, Ingested
 from coach_stream.policies.networks import QNetwork
+from coach_stream.trainer.device import CPU, cpu_state_dict
 from coach_stream.trainer.replay import ReplayBuffer, SamplesPerInsertLimiter
 
 _STEPS_PER_LEARN = 32  # gradient steps per learn() call: bounds the loop's reaction time
@@ -47,7 +48,10 @@ class DQN:
         config: DQNConfig,
         obs_shape: tuple[int, ...],
         generator: torch.Generator,
+        device: torch.device = CPU,
     ) -> None:
+        self.device = device
+        q_network, target_network = q_network.to(device), target_network.to(device)
         self.q_network, self.target_network, self.config = q_network, target_network, config
         self.target_network.load_state_dict(q_network.state_dict())
         self.optimizer = optim.Adam(q_network.parameters(), lr=config.learning_rate, fused=True)
@@ -86,7 +90,7 @@ class DQN:
         q_means: list[float] = []
         steps = 0
         while steps < _STEPS_PER_LEARN and self.ready():
-            data = self.buffer.sample(c.batch_size, self.generator)
+            data = self.buffer.sample(c.batch_size, self.generator).to(self.device)
             with torch.no_grad():
                 next_q_target = self.target_network(data.next_observations)
                 if c.double_q:
@@ -133,7 +137,7 @@ class DQN:
                 target.mul_(1.0 - tau).add_(online, alpha=tau)
 
     def policy_state_dict(self) -> Mapping[str, torch.Tensor]:
-        return self.q_network.state_dict()
+        return cpu_state_dict(self.q_network.state_dict())
 
     def state_dict(self) -> dict[str, Any]:
         return {

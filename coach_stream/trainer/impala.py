@@ -32,6 +32,7 @@ from torch import nn, optim
 from coach_stream.config import IMPALAConfig
 from coach_stream.core import ExperienceChunk, Ingested
 from coach_stream.policies.networks import ActorCritic, GaussianActorCritic
+from coach_stream.trainer.device import CPU, cpu_state_dict, to_device
 
 LAG_BUCKETS = 5
 """Histogram buckets lag_0 .. lag_3 and lag_4+ (the last collects everything older)."""
@@ -81,8 +82,10 @@ class IMPALA:
         net: ActorCritic | GaussianActorCritic,
         config: IMPALAConfig,
         generator: torch.Generator,
+        device: torch.device = CPU,
     ) -> None:
-        self.net, self.config, self.generator = net, config, generator
+        self.net, self.config, self.generator = net.to(device), config, generator
+        self.device = device
         self.optimizer = optim.Adam(net.parameters(), lr=config.learning_rate, eps=1e-5)
         self._pending: list[tuple[ExperienceChunk, int]] = []  # (chunk, its lag)
         self._pending_steps = 0
@@ -118,19 +121,23 @@ class IMPALA:
         pending, self._pending, self._pending_steps = self._pending, [], 0
         chunks = [chunk for chunk, _ in pending]
         c, net = self.config, self.net
-        obs = torch.from_numpy(
-            np.concatenate([ch.observations for ch in chunks]).astype(np.float32, copy=False)
+        dev = self.device
+        obs = to_device(
+            torch.from_numpy(
+                np.concatenate([ch.observations for ch in chunks]).astype(np.float32, copy=False)
+            ),
+            dev,
         )
         lengths = np.array([ch.num_steps for ch in chunks])
         rows_end = np.cumsum(lengths + 1)
         is_bootstrap = np.zeros(len(obs), dtype=np.bool_)
         is_bootstrap[rows_end - 1] = True
-        step_rows = torch.from_numpy(~is_bootstrap)
-        actions = torch.from_numpy(np.concatenate([ch.actions for ch in chunks]))
+        step_rows = torch.from_numpy(~is_bootstrap).to(dev)
+        actions = to_device(torch.from_numpy(np.concatenate([ch.actions for ch in chunks])), dev)
         _, log_pi, entropy, _ = net.get_action_and_value(obs[step_rows], actions)
         all_values = net.get_value(obs)  # every row, bootstrap rows included
         values = all_values[step_rows]
-        next_rows = torch.from_numpy(np.flatnonzero(~is_bootstrap) + 1)
+        next_rows = torch.from_numpy(np.flatnonzero(~is_bootstrap) + 1).to(dev)
         next_values = all_values[next_rows]  # x_{t+1} is the next row, bootstrap row included
         chunk_end = torch.zeros(len(values), dtype=torch.bool)
         chunk_end[torch.from_numpy(np.cumsum(lengths) - 1)] = True
@@ -139,19 +146,21 @@ class IMPALA:
         behaviour = torch.from_numpy(
             np.concatenate([ch.log_probs for ch in chunks if ch.log_probs is not None])
         )
-        log_rhos = log_pi.detach() - behaviour
+        # the V-trace recursion is a sequential loop: run it on the CPU, whatever the device
+        log_rhos = log_pi.detach().cpu() - behaviour
         with torch.no_grad():
             vs, pg_adv = vtrace(
                 log_rhos,
                 rewards,
-                values.detach(),
-                next_values.detach(),
+                values.detach().cpu(),
+                next_values.detach().cpu(),
                 c.gamma * (~terminated).float(),
                 chunk_end,
                 c.rho_bar,
                 c.c_bar,
                 c.pg_rho_bar,
             )
+            vs, pg_adv = vs.to(dev), pg_adv.to(dev)
         pg_loss = -(pg_adv * log_pi).mean()
         v_loss = 0.5 * ((vs - values) ** 2).mean()
         entropy_loss = entropy.mean()
@@ -181,7 +190,7 @@ class IMPALA:
         return metrics, True
 
     def policy_state_dict(self) -> Mapping[str, torch.Tensor]:
-        return self.net.state_dict()
+        return cpu_state_dict(self.net.state_dict())
 
     def state_dict(self) -> dict[str, Any]:
         return {

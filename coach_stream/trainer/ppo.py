@@ -26,7 +26,9 @@ from torch import nn, optim
 from coach_stream.config import PPOConfig
 from coach_stream.core import ExperienceChunk, Ingested
 from coach_stream.policies.networks import ActorCritic, GaussianActorCritic
+from coach_stream.trainer.device import CPU, cpu_state_dict, to_device
 
+_BATCH_FIELDS = ("observations", "actions", "log_probs", "values", "advantages", "returns")
 _LR_FLOOR = 0.05  # of the initial learning rate: a run past anneal_steps still learns
 
 
@@ -72,6 +74,13 @@ class PPOBatch:
     @property
     def size(self) -> int:
         return int(self.actions.shape[0])
+
+    def to(self, device: torch.device) -> PPOBatch:
+        """The batch on the trainer's device (pinned-memory copies to a GPU)."""
+        if device.type == "cpu":
+            return self
+        fields = {name: to_device(getattr(self, name), device) for name in _BATCH_FIELDS}
+        return PPOBatch(**fields)
 
 
 def build_batch(
@@ -128,8 +137,9 @@ class PPO:
         steps_per_update: int,
         anneal_steps: int,
         generator: torch.Generator,
+        device: torch.device = CPU,
     ) -> None:
-        self.net, self.config = net, config
+        self.net, self.config, self.device = net.to(device), config, device
         self.steps_per_update, self.anneal_steps = steps_per_update, anneal_steps
         self.generator = generator
         self.optimizer = optim.Adam(
@@ -176,10 +186,13 @@ class PPO:
         chunks, self._batch, self._batch_steps = self._batch, [], 0
         c = self.config
         with torch.no_grad():  # the targets are fixed before the first gradient step
-            batch = build_batch(chunks, self.net.get_value, c.gamma, c.gae_lambda)
-        metrics = self._update(batch, self.learning_rate(env_steps))
+            batch = build_batch(chunks, self._values_on_cpu, c.gamma, c.gae_lambda)
+        metrics = self._update(batch.to(self.device), self.learning_rate(env_steps))
         self._updates += 1
         return metrics, True  # on-policy: every update is a new version
+
+    def _values_on_cpu(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net.get_value(to_device(obs, self.device)).cpu()
 
     def learning_rate(self, env_steps: int) -> float:
         """Linear decay over ``anneal_steps`` env steps, floored at 5 % of the initial rate."""
@@ -239,7 +252,7 @@ class PPO:
             if c.target_kl is not None and approx_kl.item() > c.target_kl:
                 break
 
-        y_pred, y_true = batch.values.numpy(), batch.returns.numpy()
+        y_pred, y_true = batch.values.cpu().numpy(), batch.returns.cpu().numpy()
         var_y = float(np.var(y_true))
         explained_var = math.nan if var_y == 0 else 1 - float(np.var(y_true - y_pred)) / var_y
         # The last minibatch's terms, as CleanRL logs them; "loss" is their weighted sum.
@@ -259,7 +272,7 @@ class PPO:
     # ----------------------------------------------------------------- state
 
     def policy_state_dict(self) -> Mapping[str, torch.Tensor]:
-        return self.net.state_dict()
+        return cpu_state_dict(self.net.state_dict())
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from coach_stream.core import ExperienceChunk
+from coach_stream.trainer.device import to_device
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,18 @@ class ReplaySample:
     rewards: torch.Tensor
     next_observations: torch.Tensor
     terminated: torch.Tensor
+
+    def to(self, device: torch.device) -> ReplaySample:
+        """The sample on the trainer's device (pinned-memory copies to a GPU)."""
+        if device.type == "cpu":
+            return self
+        return ReplaySample(
+            observations=to_device(self.observations, device),
+            actions=to_device(self.actions, device),
+            rewards=to_device(self.rewards, device),
+            next_observations=to_device(self.next_observations, device),
+            terminated=to_device(self.terminated, device),
+        )
 
 
 class ReplayBuffer:

@@ -32,6 +32,7 @@ from torch import optim
 from coach_stream.config import SACConfig
 from coach_stream.core import ExperienceChunk, Ingested
 from coach_stream.policies.networks import SoftQNetwork, SquashedGaussianActor
+from coach_stream.trainer.device import CPU, cpu_state_dict
 from coach_stream.trainer.replay import ReplayBuffer, SamplesPerInsertLimiter
 
 _STEPS_PER_LEARN = 32  # gradient steps per learn() call: bounds the loop's reaction time
@@ -49,7 +50,12 @@ class SAC:
         obs_shape: tuple[int, ...],
         action_shape: tuple[int, ...],
         generator: torch.Generator,
+        device: torch.device = CPU,
     ) -> None:
+        self.device = device
+        actor = actor.to(device)
+        q_networks = (q_networks[0].to(device), q_networks[1].to(device))
+        target_networks = (target_networks[0].to(device), target_networks[1].to(device))
         self.actor, self.config, self.generator = actor, config, generator
         self.q1, self.q2 = q_networks
         self.q1_target, self.q2_target = target_networks
@@ -62,7 +68,9 @@ class SAC:
         self.target_entropy = (
             -float(action_dim) if config.target_entropy is None else config.target_entropy
         )
-        self.log_alpha = torch.tensor(float(np.log(config.alpha)), requires_grad=True)
+        self.log_alpha = torch.tensor(
+            float(np.log(config.alpha)), requires_grad=True, device=device
+        )
         self.alpha_optimizer = optim.Adam([self.log_alpha], lr=config.q_lr)
         self.buffer = ReplayBuffer(config.buffer_size, obs_shape, action_shape, np.float32)
         self.limiter = SamplesPerInsertLimiter(
@@ -132,7 +140,7 @@ class SAC:
 
     def _gradient_step(self) -> tuple[float, float, float | None]:
         c = self.config
-        data = self.buffer.sample(c.batch_size, self.generator)
+        data = self.buffer.sample(c.batch_size, self.generator).to(self.device)
         alpha = self.log_alpha.exp().detach()
         with torch.no_grad():
             next_actions, next_log_pi = self.actor.sample(data.next_observations, self.generator)
@@ -177,7 +185,7 @@ class SAC:
     # ----------------------------------------------------------------- state
 
     def policy_state_dict(self) -> Mapping[str, torch.Tensor]:
-        return self.actor.state_dict()
+        return cpu_state_dict(self.actor.state_dict())
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -186,7 +194,7 @@ class SAC:
             "q2": self.q2.state_dict(),
             "q1_target": self.q1_target.state_dict(),
             "q2_target": self.q2_target.state_dict(),
-            "log_alpha": self.log_alpha.detach().clone(),
+            "log_alpha": self.log_alpha.detach().cpu().clone(),
             "q_optimizer": self.q_optimizer.state_dict(),
             "actor_optimizer": self.actor_optimizer.state_dict(),
             "alpha_optimizer": self.alpha_optimizer.state_dict(),

@@ -1,0 +1,97 @@
+"""End-to-end runs of the algorithms beyond CartPole's PPO/DQN on the real broker:
+SAC on Pendulum (continuous actions) and IMPALA with V-trace on CartPole (ASYNC on-policy),
+launched as supervised local processes like ``coach-stream launch`` does.
+
+The IMPALA test also runs SYNC PPO with the same workers and reports both wall times
+(``-s`` shows them); it asserts only what holds on any machine: both solve.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from coach_stream.config import load_preset
+from coach_stream.core import TaskState
+from coach_stream.orchestrators import (
+    LaunchSettings,
+    LocalOrchestrator,
+    RunState,
+    SupervisorConfig,
+    build_run_spec,
+    warm_supervisor,
+)
+from coach_stream.orchestrators.launcher import RunOutcome, follow, prepare_topics
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+
+RUN_TIMEOUT_S = 900.0
+SUPERVISION = warm_supervisor(
+    SupervisorConfig(initial_backoff_s=0.5, stop_grace_s=10.0, linger_s=10.0)
+)
+
+
+@pytest.fixture
+def orchestrator(tmp_path: Path) -> Iterator[LocalOrchestrator]:
+    orchestrator = LocalOrchestrator(tmp_path / "state", config=SUPERVISION)
+    yield orchestrator
+    for run_id in orchestrator.runs():  # never leave a process behind, even on failure
+        orchestrator.stop(run_id)
+
+
+def run_to_end(
+    orchestrator: LocalOrchestrator, preset: str, run_id: str, kafka: str, tmp_path: Path
+) -> RunOutcome:
+    settings = LaunchSettings(
+        preset=preset,
+        run_id=run_id,
+        workers=2,
+        kafka_bootstrap=kafka,
+        checkpoints=(tmp_path / f"ckpt-{run_id}").as_uri(),
+    )
+    prepare_topics(settings)
+    orchestrator.submit(build_run_spec(settings))
+    outcome = follow(
+        orchestrator,
+        run_id,
+        eval_episodes=load_preset(preset).eval_episodes,
+        timeout_s=RUN_TIMEOUT_S,
+    )
+    lines = "\n".join(list(orchestrator.logs(run_id))[-60:])
+    finished = outcome.finished
+    assert finished is not None and outcome.solved, lines
+    assert finished["eval_mean_return"] >= load_preset(preset).target_return
+    assert outcome.state is RunState.COMPLETE
+    statuses = {s.name: s for s in orchestrator.status(run_id)}
+    assert statuses["trainer"].state is TaskState.COMPLETE
+    return outcome
+
+
+def test_pendulum_sac_async_solves(
+    orchestrator: LocalOrchestrator, kafka_bootstrap: str, unique_name: str, tmp_path: Path
+) -> None:
+    outcome = run_to_end(
+        orchestrator, "pendulum-sac", f"e2e-sac-{unique_name}", kafka_bootstrap, tmp_path
+    )
+    assert outcome.finished is not None and outcome.finished["eval_mean_return"] >= -200
+    print(f"pendulum-sac: {outcome.wall_s:.1f} s, {outcome.finished['env_steps']} env steps")
+
+
+def test_cartpole_impala_async_solves_and_is_timed_against_sync_ppo(
+    orchestrator: LocalOrchestrator, kafka_bootstrap: str, unique_name: str, tmp_path: Path
+) -> None:
+    impala = run_to_end(
+        orchestrator, "cartpole-impala", f"e2e-impala-{unique_name}", kafka_bootstrap, tmp_path
+    )
+    lag = impala.progress.figure("train/vtrace/lag_mean")
+    ppo = run_to_end(
+        orchestrator, "cartpole-ppo", f"e2e-ppo-vs-{unique_name}", kafka_bootstrap, tmp_path
+    )
+    assert impala.finished is not None and ppo.finished is not None
+    print(
+        f"cartpole-impala: {impala.wall_s:.1f} s, {impala.finished['env_steps']} env steps, "
+        f"policy lag mean {lag}; cartpole-ppo (SYNC, same 2 workers): {ppo.wall_s:.1f} s, "
+        f"{ppo.finished['env_steps']} env steps"
+    )
