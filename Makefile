@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test test-containers kafka-image unit check stack-up stack-down demo bench-quick clean
+.PHONY: setup test test-stack test-containers kafka-image unit check stack-up stack-down demo bench-quick clean
 
 # A virtual environment with the package and its dev tools. pip's cache keeps torch (large)
 # from being downloaded twice; the stamp keeps a second `make` from reinstalling at all.
@@ -16,9 +16,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --progress-bar off -e '.[dev]'
 	touch $(STAMP)
 
-# The whole suite against real services: starts the stack if it is not running, and stops
-# it afterwards only if this command started it.
+# The whole suite against real services: first against the local stack (started if it is
+# not running, stopped afterwards only if this command started it), then the Kafka suites
+# against testcontainers Kafka. Both halves run even when the first fails.
 test: setup
+	@status=0; \
+	bash scripts/with-stack.sh $(BIN)/pytest tests -q || status=$$?; \
+	bash scripts/test-containers.sh || status=$$?; \
+	exit $$status
+
+# The first half of `make test` alone: the whole suite against the local stack.
+test-stack: setup
 	bash scripts/with-stack.sh $(BIN)/pytest tests -q
 
 # The Kafka integration suites against testcontainers Kafka (docs/testing.md): uses the

@@ -155,6 +155,9 @@ class IMPALAConfig(_Frozen):
     max_grad_norm: float = Field(default=40.0, gt=0)
     max_lag: int = Field(default=50, ge=0)
     """Chunks acted more than this many versions behind are dropped as stale (counted)."""
+    publish_every: int = Field(default=1, ge=1)
+    """Gradient steps per published policy version (publishing costs a checkpoint write and
+    an announcement; a trainer on a busy machine keeps up by publishing less often)."""
 
 
 class TrainerConfig(_Frozen):

@@ -14,7 +14,8 @@ of T steps with observations x_0..x_T (x_T the bootstrap row)::
 
 A chunk cut mid-episode (chunk or time limit) bootstraps from V(x_T); a terminated step
 does not. Loss: -A * log pi(a|x) + vf_coef * 0.5 (v - V)^2 - ent_coef * entropy, one
-gradient step per ``batch_steps`` env steps, and every step is a new version. The lag
+gradient step per ``batch_steps`` env steps (the oldest pending chunks first), and every
+``publish_every`` steps a new version. The lag
 (learner version minus the chunk's behaviour version) of every chunk it learned from is
 reported as a histogram (``lag_0`` .. ``lag_4+``), with the mean importance weight and
 the fraction truncated, so the correction V-trace made is visible.
@@ -60,13 +61,27 @@ def vtrace(
     clipped_rhos = rhos.clamp(max=rho_bar)
     cs = rhos.clamp(max=c_bar)
     deltas = clipped_rhos * (rewards + discounts * next_values - values)
-    corrections = torch.zeros_like(values)  # v_t - V(x_t)
-    carry = torch.zeros(())
-    for t in range(len(values) - 1, -1, -1):
-        if chunk_end[t]:
-            carry = torch.zeros(())  # v_T - V(x_T) = 0 past the chunk's last step
-        carry = deltas[t] + discounts[t] * cs[t] * carry
-        corrections[t] = carry
+    # The recursion runs backward in time inside each chunk. Chunks are laid side by side
+    # as the rows of a (chunks, longest) grid, padded after their last step with zeros
+    # (the carry past a chunk's end is 0), so the loop is over time steps, not over steps.
+    if len(values) and not bool(chunk_end[-1]):
+        raise ValueError("chunk_end must mark the last step: every step belongs to a chunk")
+    ends = torch.nonzero(chunk_end).flatten()
+    lengths = torch.diff(ends, prepend=torch.tensor([-1])).tolist()
+    rows, longest = len(lengths), max(lengths, default=0)
+    row = torch.repeat_interleave(torch.arange(rows), torch.tensor(lengths, dtype=torch.long))
+    starts = torch.repeat_interleave(ends + 1 - torch.tensor(lengths), torch.tensor(lengths))
+    col = torch.arange(len(values)) - starts
+    grid_deltas = torch.zeros(rows, longest, dtype=values.dtype)
+    grid_decay = torch.zeros(rows, longest, dtype=values.dtype)  # d_t * c_t
+    grid_deltas[row, col] = deltas
+    grid_decay[row, col] = discounts * cs
+    grid = torch.zeros(rows, longest, dtype=values.dtype)  # v_t - V(x_t)
+    carry = torch.zeros(rows, dtype=values.dtype)
+    for t in range(longest - 1, -1, -1):
+        carry = grid_deltas[:, t] + grid_decay[:, t] * carry
+        grid[:, t] = carry
+    corrections = grid[row, col]
     vs = values + corrections
     # v_{t+1}: the next step's target inside a chunk, V(x_T) after its last step
     next_vs = torch.where(chunk_end, next_values, torch.roll(vs, -1))
@@ -117,8 +132,24 @@ class IMPALA:
     def ready(self) -> bool:
         return self._pending_steps >= self.config.batch_steps
 
+    def _take_batch(self) -> list[tuple[ExperienceChunk, int]]:
+        """The oldest pending chunks, whole, up to ``batch_steps`` steps (at least one).
+
+        A trainer that fell behind learns the backlog one batch per gradient step, oldest
+        first, as IMPALA's learner queue does, instead of one large step over all of it.
+        """
+        taken = steps = 0
+        for chunk, _ in self._pending:
+            if taken and steps + chunk.num_steps > self.config.batch_steps:
+                break
+            taken += 1
+            steps += chunk.num_steps
+        batch, self._pending = self._pending[:taken], self._pending[taken:]
+        self._pending_steps -= steps
+        return batch
+
     def learn(self, env_steps: int) -> tuple[dict[str, float], bool]:
-        pending, self._pending, self._pending_steps = self._pending, [], 0
+        pending = self._take_batch()
         chunks = [chunk for chunk, _ in pending]
         c, net = self.config, self.net
         dev = self.device
@@ -170,6 +201,7 @@ class IMPALA:
         nn.utils.clip_grad_norm_(net.parameters(), c.max_grad_norm)
         self.optimizer.step()
         self._updates += 1
+        publish = self._updates % c.publish_every == 0
 
         rhos = log_rhos.exp()
         lags = np.minimum([lag for _, lag in pending], LAG_BUCKETS - 1)
@@ -187,7 +219,7 @@ class IMPALA:
         for bucket, steps in enumerate(histogram):  # env steps learned at each lag
             label = f"{bucket}+" if bucket == LAG_BUCKETS - 1 else str(bucket)
             metrics[f"vtrace/lag_{label}"] = float(steps)
-        return metrics, True
+        return metrics, publish
 
     def policy_state_dict(self) -> Mapping[str, torch.Tensor]:
         return cpu_state_dict(self.net.state_dict())

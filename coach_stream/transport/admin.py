@@ -7,11 +7,13 @@ here explicitly instead of inheriting whatever defaults a broker has.
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin._metadata import ClusterMetadata
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._metadata import ClusterMetadata, TopicMetadata
 from confluent_kafka.cimpl import NewTopic
 
 from coach_stream.errors import ConfigError, ServiceUnavailableError
@@ -21,6 +23,7 @@ from coach_stream.transport.settings import KafkaSettings, RunTopics
 FOREVER = "-1"
 FIRST_CONTACT_S = 5.0
 """How long ``ensure_run_topics`` waits for a first answer before calling Kafka unreachable."""
+_LEADER_POLL_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -160,10 +163,7 @@ def ensure_run_topics(
             raise unreachable(settings, timeout, exc.args[0]) from exc
         for name, future in futures.items():
             _created_or_present(settings, name, future, timeout)
-        try:
-            metadata = admin.list_topics(timeout=timeout)
-        except KafkaException as exc:
-            raise unreachable(settings, timeout, exc.args[0]) from exc
+        metadata = _await_leaders(settings, admin, [p.name for p in plans], timeout)
     for single in (topics.control, topics.dead_letter, topics.telemetry):
         found = metadata.topics.get(single)
         if found is not None and len(found.partitions) != 1:
@@ -171,6 +171,37 @@ def ensure_run_topics(
                 f"Topic {single} exists with {len(found.partitions)} partitions; it must have "
                 "exactly 1 (total order). Delete it or use a new run id."
             )
+
+
+def _await_leaders(
+    settings: KafkaSettings, admin: AdminClient, names: list[str], timeout: float
+) -> ClusterMetadata:
+    """Metadata once every partition of ``names`` has a leader.
+
+    A create request returns when the controller has recorded the topic; the brokers
+    learn of it (and elect leaders) a little later. Clients that ask in between get
+    "unknown partition", so the run is not handed over until its topics can be used.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            metadata = admin.list_topics(timeout=max(0.1, deadline - time.monotonic()))
+        except KafkaException as exc:
+            raise unreachable(settings, timeout, exc.args[0]) from exc
+        if all(_has_leaders(metadata.topics.get(name)) for name in names):
+            return metadata
+        if time.monotonic() >= deadline:
+            raise unreachable(settings, timeout, f"no leader for the partitions of {names}")
+        time.sleep(_LEADER_POLL_S)  # polling the cluster's state, nothing to wait on
+
+
+def _has_leaders(topic: TopicMetadata | None) -> bool:
+    return (
+        topic is not None
+        and topic.error is None
+        and bool(topic.partitions)
+        and all(p.error is None and p.leader >= 0 for p in topic.partitions.values())
+    )
 
 
 def _created_or_present(

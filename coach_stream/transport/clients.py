@@ -38,6 +38,7 @@ _SETTLING = {  # a new topic's metadata or leader is not there yet: ask again sh
     KafkaError.NOT_LEADER_FOR_PARTITION,
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_PARTITION,  # librdkafka's cache has not seen the partition yet
 }
 
 log = logging.getLogger("coach_stream.transport.librdkafka")

@@ -30,6 +30,7 @@ from coach_stream.transport.settings import KafkaSettings
 WINDOW = 64
 MAX_WINDOW = 4096
 _BATCH = 500
+_METADATA_SETTLE_S = 10.0
 
 
 def partition_for(key: bytes, partitions: int) -> int:
@@ -71,11 +72,18 @@ def next_chunk_seqs(
 def _partition_count(
     consumer: Consumer, settings: KafkaSettings, topic: str, timeout: float
 ) -> int:
-    try:
-        found = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
-    except KafkaException as exc:
-        raise _unavailable(settings, topic, exc.args[0]) from exc
-    if found is None or found.error is not None or not found.partitions:
+    # A broker other than the one that created the topic may learn of it a moment later.
+    deadline = time.monotonic() + min(timeout, _METADATA_SETTLE_S)
+    while True:
+        try:
+            found = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+        except KafkaException as exc:
+            raise _unavailable(settings, topic, exc.args[0]) from exc
+        known = found is not None and found.error is None and bool(found.partitions)
+        if known or time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)  # polling the broker's metadata, nothing to wait on
+    if found is None or not known:
         raise ServiceUnavailableError(
             f"Topic {topic} does not exist on {settings.bootstrap_servers}; start the run with "
             "`coach-stream launch` (it creates the topics) or check the run id."
