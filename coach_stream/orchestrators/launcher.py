@@ -151,7 +151,9 @@ def check_kafka_run_free(settings: LaunchSettings, timeout_s: float = 10.0) -> N
     metadata = check_broker(kafka, timeout=timeout_s)
     topics = RunTopics.for_run(settings.run_id, kafka.topic_prefix)
     taken = [
-        t for t in (topics.experience, topics.control, topics.dead_letter) if t in metadata.topics
+        t
+        for t in (topics.experience, topics.control, topics.dead_letter, topics.telemetry)
+        if t in metadata.topics
     ]
     if taken:
         raise ConfigError(

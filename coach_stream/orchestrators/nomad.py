@@ -108,7 +108,7 @@ def task_name(group: str, index: int) -> str:
 
 def _first_line(text: str) -> str:
     lines = [line.strip(" \t*") for line in text.strip().splitlines() if line.strip(" \t*")]
-    if len(lines) > 1 and lines[0].endswith("error occurred:"):
+    if len(lines) > 1 and lines[0].endswith(("error occurred:", "errors occurred:")):
         lines = lines[1:]  # Nomad's multierror header says nothing by itself
     return "; ".join(lines[:2])[:300] or "no message"
 
