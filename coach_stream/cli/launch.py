@@ -194,11 +194,6 @@ def launch(
     )  # fmt: skip
     if dry_run and orchestrator_kind is not OrchestratorKind.nomad:
         raise ConfigError("--dry-run prints a Nomad job; add --orchestrator nomad.")
-    # librdkafka's own lines (a refused connection, "all brokers down") repeat what the one
-    # error line of a failed check says; the tasks still log them, into their log files.
-    from coach_stream.transport.clients import log as librdkafka_log
-
-    librdkafka_log.disabled = True
     # A launcher killed with SIGTERM (a CI timeout, `kill`) stops its run like Ctrl-C does,
     # from the start: while the run starts, it is undone (`_start`), so nothing is orphaned.
     signal.signal(signal.SIGTERM, _interrupt)

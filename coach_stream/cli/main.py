@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import logging
 import sys
 from collections.abc import Sequence
 
@@ -31,6 +32,9 @@ COMMAND_MODULES: dict[str, str] = {
     "replay": "coach_stream.cli.replay",
 }
 """Which module registers each top-level command (a module may register several)."""
+
+TASK_COMMANDS = frozenset({"train", "rollout"})
+"""Commands that run as a run's tasks: they log to their files, librdkafka's lines included."""
 
 
 def _version_callback(value: bool) -> None:
@@ -114,6 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Answered without importing every command group (torch & co., seconds).
         err.print(f"[bold red]error:[/] {escape(_unknown_command(command))}")
         return EXIT_BAD_INPUT
+    if command not in TASK_COMMANDS:
+        # librdkafka's own lines (a refused connection, "all brokers down") only repeat what
+        # the one error line of a failed command says; a task keeps them in its log file.
+        logging.getLogger("coach_stream.transport.librdkafka").disabled = True
     try:
         # In non-standalone mode click hands back the code of a `typer.Exit(n)` (and 130
         # for Ctrl-C) as the return value instead of raising it, so the value must be used.

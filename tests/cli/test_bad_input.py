@@ -137,3 +137,18 @@ def test_stack_status_exits_1_when_its_services_are_stopped(ws: Workspace) -> No
 def test_stack_env_before_up_is_one_line(ws: Workspace) -> None:
     result = ws.run("stack", "env", "--cache-dir", str(ws.cwd / "empty-cache"))
     refused(result, says="coach-stream stack up")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["replay", "inspect", "some-run", *NO_KAFKA],
+        ["replay", "export", "some-run", "--format", "avro", "--out", "x.avro", *NO_KAFKA],
+    ],
+)
+def test_an_unreachable_broker_is_one_line_without_librdkafkas_own(
+    ws: Workspace, args: list[str]
+) -> None:
+    # exit 3: a service that did not answer (a script may retry), not bad input
+    refused(ws.run(*args), says="Kafka at 127.0.0.1:1 did not answer", code=3)
+    assert not (ws.cwd / "x.avro").exists()
