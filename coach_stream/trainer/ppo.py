@@ -5,11 +5,16 @@ SYNC mode: the trainer announced version v; this learner gathers chunks whose
 older versions (counted as stale: they were acted by a policy the trainer has moved past),
 then runs ``update_epochs`` epochs of minibatch updates and asks for version v+1.
 
-Advantages are computed per chunk: a chunk is a contiguous piece of one episode, and its
-last observation is the bootstrap row, so GAE needs nothing outside the chunk. Values are
-recomputed with the current network, which *is* version v, for every row including the
-bootstrap one; the behaviour log-probs come from the chunk. ``learn`` is two steps:
-``build_batch`` (values, GAE, returns; no gradients) and ``PPO._update`` (the epochs).
+Advantages are computed per *segment*: the chunks of one env that continue each other
+(same ``(worker_id, env_index)``, same version, consecutive ``chunk_seq`` and ``first_step``,
+episode still running) are joined, so the GAE recursion runs through a chunk cut as it does
+through any other step, and the critic bootstraps only where the data really ends (the last
+chunk of a segment, unless it terminated). Without the join, a ``chunk_steps`` below
+``num_steps`` replaces part of every λ-return with the critic's guess at each cut. Values
+are recomputed with the current network, which *is* version v, for every row including
+the bootstrap ones; the behaviour log-probs come from the chunk. ``learn`` is two steps:
+``build_batch`` (segments, values, GAE, returns; no gradients) and ``PPO._update`` (the
+epochs).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -37,19 +43,22 @@ def gae(
     values: np.ndarray[Any, Any],
     bootstrap: np.ndarray[Any, Any],
     terminated: np.ndarray[Any, Any],
-    chunk_end: np.ndarray[Any, Any],
+    segment_end: np.ndarray[Any, Any],
     gamma: float,
     lam: float,
 ) -> np.ndarray[Any, Any]:
-    """Generalized advantage estimates over concatenated chunks.
+    """Generalized advantage estimates over concatenated segments.
 
-    ``bootstrap[i]`` is V(last observation of the chunk) where ``chunk_end[i]``; a
-    terminated step does not bootstrap, a truncated one (time limit or chunk cut) does.
+    ``segment_end[i]``: step i is the last of its segment (the data of that episode ends
+    there), and ``bootstrap[i]`` is V(the observation after it). Elsewhere the next value is
+    ``values[i + 1]``: inside a chunk, and across a joined cut, where the next chunk's first
+    observation is the previous chunk's bootstrap row. A terminated step does not
+    bootstrap; a truncated one (time limit, or a segment cut short) does.
     """
     advantages = np.zeros_like(rewards, dtype=np.float32)
     last = 0.0
     for i in range(len(rewards) - 1, -1, -1):
-        if chunk_end[i]:
+        if segment_end[i]:
             next_value, last = bootstrap[i], 0.0
         else:
             next_value = values[i + 1]
@@ -58,6 +67,40 @@ def gae(
         last = delta + gamma * lam * nonterminal * last
         advantages[i] = last
     return advantages
+
+
+def continues(prev: ExperienceChunk, nxt: ExperienceChunk) -> bool:
+    """``nxt`` is the next piece of ``prev``'s episode, acted with the same policy version."""
+    return (
+        nxt.worker_id == prev.worker_id
+        and nxt.env_index == prev.env_index
+        and nxt.policy_version == prev.policy_version
+        and nxt.chunk_seq == prev.chunk_seq + 1
+        and nxt.first_step == prev.first_step + prev.num_steps
+        and not prev.episode_ended
+        # the chunker guarantees it; checked so a join can never pair unrelated rows
+        and np.array_equal(prev.observations[-1], nxt.observations[0])
+    )
+
+
+def segments(chunks: Sequence[ExperienceChunk]) -> list[list[ExperienceChunk]]:
+    """The chunks joined into segments, each in ``chunk_seq`` order.
+
+    Envs appear in the order of their first chunk (Kafka keeps each env's order anyway).
+    """
+    by_env: dict[tuple[int, int], list[ExperienceChunk]] = {}
+    for chunk in chunks:
+        by_env.setdefault((chunk.worker_id, chunk.env_index), []).append(chunk)
+    joined: list[list[ExperienceChunk]] = []
+    for pieces in by_env.values():
+        pieces.sort(key=lambda chunk: chunk.chunk_seq)
+        joined.append([pieces[0]])
+        for prev, nxt in pairwise(pieces):
+            if continues(prev, nxt):
+                joined[-1].append(nxt)
+            else:
+                joined.append([nxt])
+    return joined
 
 
 @dataclass(frozen=True)
@@ -70,6 +113,8 @@ class PPOBatch:
     values: torch.Tensor  # (N,) V(observation) by the network that *is* version v
     advantages: torch.Tensor  # (N,) GAE
     returns: torch.Tensor  # (N,) advantages + values: the value targets
+    joins: int = 0  # chunk cuts the GAE recursion ran through (chunks joined into segments)
+    cut_bootstraps: int = 0  # segment ends mid-episode: the critic stands in for the rest
 
     @property
     def size(self) -> int:
@@ -80,7 +125,7 @@ class PPOBatch:
         if device.type == "cpu":
             return self
         fields = {name: to_device(getattr(self, name), device) for name in _BATCH_FIELDS}
-        return PPOBatch(**fields)
+        return PPOBatch(**fields, joins=self.joins, cut_bootstraps=self.cut_bootstraps)
 
 
 def build_batch(
@@ -89,14 +134,17 @@ def build_batch(
     gamma: float,
     lam: float,
 ) -> PPOBatch:
-    """The batch of one version: values of every row, GAE per chunk, bootstrap rows dropped.
+    """The batch of one version: values of every row, GAE per segment, bootstrap rows dropped.
 
     Each chunk has T+1 observation rows; the last is its bootstrap row, valued for GAE and
-    then left out of the batch (no action was taken in it). ``value_fn`` is called once on
-    all rows of all chunks (one forward pass).
+    then left out of the batch (no action was taken in it). Chunks are laid out segment by
+    segment, so a joined chunk's first step follows its predecessor's last. ``value_fn`` is
+    called once on all rows of all chunks (one forward pass).
     """
     if any(ch.log_probs is None for ch in chunks):
         raise ValueError("PPO batch chunks need behaviour log-probs (ingest keeps only those)")
+    joined = segments(chunks)
+    chunks = [chunk for segment in joined for chunk in segment]
     obs = torch.from_numpy(
         np.concatenate([ch.observations for ch in chunks]).astype(np.float32, copy=False)
     )
@@ -107,13 +155,16 @@ def build_batch(
     all_values = value_fn(obs).numpy()
     values = all_values[~is_bootstrap]
     steps_end = np.cumsum(lengths) - 1  # each chunk's last step in the flat step arrays
-    chunk_end = np.zeros(len(values), dtype=np.bool_)
-    chunk_end[steps_end] = True
     bootstrap = np.zeros(len(values), dtype=np.float32)
     bootstrap[steps_end] = all_values[rows_end - 1]
+    # Only a segment's last chunk ends the data; a joined chunk's last step reads the next
+    # value from the following chunk's first row, which is its own bootstrap observation.
+    last_in_segment = np.array([i == len(seg) - 1 for seg in joined for i in range(len(seg))])
+    segment_end = np.zeros(len(values), dtype=np.bool_)
+    segment_end[steps_end[last_in_segment]] = True
     rewards = np.concatenate([ch.rewards for ch in chunks])
     terminated = np.concatenate([ch.terminated for ch in chunks])
-    advantages = gae(rewards, values, bootstrap, terminated, chunk_end, gamma, lam)
+    advantages = gae(rewards, values, bootstrap, terminated, segment_end, gamma, lam)
     return PPOBatch(
         observations=obs[torch.from_numpy(~is_bootstrap)],
         # (N,) discrete or (N, *action_shape) continuous actions
@@ -124,6 +175,8 @@ def build_batch(
         values=torch.from_numpy(values),
         advantages=torch.from_numpy(advantages),
         returns=torch.from_numpy(advantages + values),
+        joins=len(chunks) - len(joined),
+        cut_bootstraps=sum(not seg[-1].episode_ended for seg in joined),
     )
 
 
@@ -267,6 +320,8 @@ class PPO:
             "clipfrac": float(np.mean(clipfracs)) if clipfracs else 0.0,
             "explained_variance": explained_var,
             "batch_steps": float(batch_size),
+            "chunk_joins": float(batch.joins),
+            "cut_bootstraps": float(batch.cut_bootstraps),
         }
 
     # ----------------------------------------------------------------- state

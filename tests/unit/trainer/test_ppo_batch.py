@@ -1,6 +1,9 @@
-"""PPO's batch (GAE over chunks with their bootstrap rows) and its learning-rate schedule."""
+"""PPO's batch (GAE over segments of joined chunks, with their bootstrap rows) and its
+learning-rate schedule."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -10,6 +13,7 @@ from coach_stream.config import NetworkConfig, PPOConfig
 from coach_stream.core import ExperienceChunk
 from coach_stream.envs import EnvShape
 from coach_stream.policies.networks import ActorCritic
+from coach_stream.testing.chunks import make_chunk
 from coach_stream.trainer.ppo import PPO, build_batch
 
 
@@ -80,3 +84,123 @@ def test_learning_rate_anneals_linearly_to_a_five_percent_floor() -> None:
     assert ppo.learning_rate(10_000) == pytest.approx(5e-5)
     constant = PPO(net, PPOConfig(learning_rate=1e-3, anneal_lr=False), 8, 1000, torch.Generator())
     assert constant.learning_rate(990) == pytest.approx(1e-3)
+
+
+# ---------------------------------------------------------------- segments across chunk cuts
+
+
+def _episode_piece(
+    whole: ExperienceChunk, start: int, stop: int, **fields: object
+) -> ExperienceChunk:
+    """Steps ``start:stop`` of ``whole`` as the chunker would cut them (rows start..stop)."""
+    piece = dataclasses.replace(
+        whole,
+        chunk_seq=whole.chunk_seq + (1 if start else 0),
+        first_step=whole.first_step + start,
+        observations=whole.observations[start : stop + 1],
+        actions=whole.actions[start:stop],
+        rewards=whole.rewards[start:stop],
+        terminated=whole.terminated[start:stop],
+        truncated=whole.truncated[start:stop],
+        log_probs=None if whole.log_probs is None else whole.log_probs[start:stop],
+        values=None if whole.values is None else whole.values[start:stop],
+    )
+    return dataclasses.replace(piece, **fields)
+
+
+def _value_fn(obs: torch.Tensor) -> torch.Tensor:
+    return obs[:, 0] * 0.5 - obs[:, 1] * 0.25  # any fixed function of the row
+
+
+@pytest.mark.parametrize("ended", [True, False])
+def test_two_contiguous_chunks_give_the_advantages_of_one_chunk_holding_both(
+    ended: bool,
+) -> None:
+    whole = make_chunk(steps=9, obs_shape=(3,), seed=4, ended=ended)
+    first, second = _episode_piece(whole, 0, 5), _episode_piece(whole, 5, 9)
+    assert first.chunk_seq + 1 == second.chunk_seq and not first.episode_ended
+    one = build_batch([whole], _value_fn, gamma=0.99, lam=0.95)
+    for order in ([first, second], [second, first]):  # the log order within a batch is free
+        two = build_batch(order, _value_fn, gamma=0.99, lam=0.95)
+        assert two.joins == 1 and two.cut_bootstraps == (0 if ended else 1)
+        np.testing.assert_array_equal(two.advantages.numpy(), one.advantages.numpy())
+        np.testing.assert_array_equal(two.returns.numpy(), one.returns.numpy())
+        np.testing.assert_array_equal(two.observations.numpy(), one.observations.numpy())
+        np.testing.assert_array_equal(two.actions.numpy(), one.actions.numpy())
+        np.testing.assert_array_equal(two.log_probs.numpy(), one.log_probs.numpy())
+
+
+def test_three_pieces_and_another_env_interleaved_are_joined_per_env() -> None:
+    whole = make_chunk(steps=12, seed=5, ended=False)
+    other = make_chunk(steps=6, seed=6, ended=True)
+    other = dataclasses.replace(other, env_index=whole.env_index + 1)
+    a, b = _episode_piece(whole, 0, 4), _episode_piece(whole, 4, 8)
+    c = _episode_piece(whole, 8, 12, chunk_seq=whole.chunk_seq + 2)
+    batch = build_batch([a, other, b, c], _value_fn, gamma=0.9, lam=0.8)
+    alone = build_batch([whole], _value_fn, gamma=0.9, lam=0.8)
+    other_alone = build_batch([other], _value_fn, gamma=0.9, lam=0.8)
+    assert batch.joins == 2 and batch.cut_bootstraps == 1  # whole's end is a real cut
+    np.testing.assert_array_equal(batch.advantages[:12].numpy(), alone.advantages.numpy())
+    np.testing.assert_array_equal(batch.advantages[12:].numpy(), other_alone.advantages.numpy())
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"chunk_seq": 9},  # a gap in chunk_seq (a chunk is missing)
+        {"policy_version": 12},  # acted with another version
+        {"env_index": 5},  # another env of the same worker
+        {"worker_id": 4},  # the same env index of another worker
+        {"first_step": 47},  # a step missing within the episode (46 would continue)
+    ],
+)
+def test_chunks_that_do_not_continue_each_other_are_not_joined(change: dict[str, object]) -> None:
+    whole = make_chunk(steps=10, seed=7, ended=False)
+    first = _episode_piece(whole, 0, 6)
+    second = _episode_piece(whole, 6, 10, **change)
+    batch = build_batch([first, second], _value_fn, gamma=0.9, lam=0.8)
+    separate = np.concatenate(
+        [
+            build_batch([ch], _value_fn, gamma=0.9, lam=0.8).advantages.numpy()
+            for ch in (first, second)
+        ]
+    )
+    assert batch.joins == 0 and batch.cut_bootstraps == 2
+    np.testing.assert_array_equal(batch.advantages.numpy(), separate)
+    # and the join would have changed them: the first chunk's cut bootstraps from the critic
+    joined = build_batch([first, _episode_piece(whole, 6, 10)], _value_fn, gamma=0.9, lam=0.8)
+    assert not np.allclose(joined.advantages[:6].numpy(), separate[:6])
+
+
+def test_a_chunk_after_its_episode_ended_starts_a_new_segment() -> None:
+    ended = make_chunk(steps=4, seed=8, ended=True)
+    fresh = dataclasses.replace(
+        make_chunk(steps=3, seed=9, ended=False),
+        chunk_seq=ended.chunk_seq + 1,
+        first_step=ended.first_step
+        + 4,  # cannot happen (a new episode starts at 0): the flag decides
+        observations=np.vstack([ended.observations[-1:], make_chunk(steps=2, seed=9).observations]),
+    )
+    batch = build_batch([ended, fresh], _value_fn, gamma=0.9, lam=0.8)
+    assert batch.joins == 0 and batch.cut_bootstraps == 1
+
+
+def test_a_learner_update_logs_its_joins() -> None:
+    whole = make_chunk(steps=8, obs_shape=(2,), seed=10, ended=False)
+    pieces = [_episode_piece(whole, 0, 4), _episode_piece(whole, 4, 8)]
+    net = ActorCritic(EnvShape((2,), 6), NetworkConfig(hidden_sizes=(4,)))
+    ppo = PPO(net, PPOConfig(minibatch_size=4), 8, 1000, torch.Generator().manual_seed(0))
+    assert ppo.ingest(pieces, version=whole.policy_version).used_steps == 8 and ppo.ready()
+    metrics, publish = ppo.learn(env_steps=8)
+    assert publish and metrics["chunk_joins"] == 1.0 and metrics["cut_bootstraps"] == 1.0
+
+
+def test_a_next_chunk_whose_first_row_is_not_the_bootstrap_row_is_not_joined() -> None:
+    whole = make_chunk(steps=6, seed=11, ended=False)
+    first, second = _episode_piece(whole, 0, 3), _episode_piece(whole, 3, 6)
+    moved = second.observations.copy()
+    moved[0] += 1.0
+    batch = build_batch(
+        [first, dataclasses.replace(second, observations=moved)], _value_fn, 0.9, 0.8
+    )
+    assert batch.joins == 0
