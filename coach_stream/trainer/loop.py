@@ -6,7 +6,10 @@ versions through the ``Announcer`` (trainer state is saved *before* its policy i
 announced, so the newest announced version always has a trainer state at or before it,
 at it when ``checkpoint_every`` is 1), watching the control topic for
 ``EvaluationReport``s, and ending the run: target return reached (mean of the last
-``eval_episodes`` greedy returns) or env-step budget spent.
+``eval_episodes`` greedy returns) or env-step budget spent. ``env_steps`` (the budget,
+and what ``learn`` anneals by) counts the steps the learner kept: steps it dropped as stale
+(SYNC PPO's late versions, IMPALA's too-old chunks) are counted apart, in
+``dropped_stale_steps``.
 
 Resume after ``kill -9``: the newest ``runs/<run_id>/trainer/<v>.pt`` restores model,
 optimizer, counters and RNG; the reader seeks to its stored positions; DQN first re-reads
@@ -204,6 +207,9 @@ class Trainer:
         ingested = self.learner.ingest(chunks, self.version)
         self.dropped_stale += ingested.stale_chunks
         self.dropped_stale_steps += ingested.stale_steps
+        # Steps dropped as stale were never learned from: they count toward neither the
+        # budget nor the learner's schedule (``learn(env_steps)``); dropped_stale_steps has them.
+        self.env_steps -= ingested.stale_steps
         for chunk in chunks:
             self.env_steps += chunk.num_steps
             self._lag_sum += max(0, self.version - chunk.policy_version)

@@ -61,8 +61,43 @@ def test_sync_drops_and_counts_stale_chunks(in_process_run: Any) -> None:
     while not run.trainer.reader.at_end():
         run.trainer.iterate()
     assert run.trainer.version == 1
-    assert run.trainer.dropped_stale_steps == late.settings.share_steps * late.envs.num_envs
+    share = late.settings.share_steps * late.envs.num_envs
+    assert run.trainer.dropped_stale_steps == share
     assert run.trainer.learner.ready() is False
+    # the stale share counts toward neither the budget nor the learning-rate schedule
+    assert run.trainer.env_steps == 2 * share
+    for worker in run.rollouts:
+        worker.sync(0.01)
+        worker.act_share()  # version 1's quota
+    while run.trainer.version == 1:
+        run.trainer.iterate()
+    learner = run.trainer.learner
+    assert run.trainer.env_steps == 4 * share  # the late share is not among them
+    assert run.trainer._metrics["learning_rate"] == learner.learning_rate(4 * share)
+
+
+def test_steps_dropped_as_stale_do_not_spend_the_budget(in_process_run: Any) -> None:
+    preset = load_preset("cartpole-ppo", ["ppo.num_steps=8", "rollout.num_envs=2"])
+    share = 8 * 2
+    budget = 3 * share  # one quota (2 shares) and one more share
+    run = in_process_run(
+        preset.model_copy(update={"env_step_budget": budget}), workers=2, evaluator=False
+    )
+    run.start()
+    for worker in run.rollouts:
+        worker.act_share()  # version 0's quota
+    while run.trainer.version == 0:
+        assert run.trainer.iterate() is None
+    run.rollouts[1].act_share()  # a late share of version 0: dropped, as it is stale now
+    while not run.trainer.reader.at_end():
+        assert run.trainer.iterate() is None  # 3 shares read, 2 kept: the budget is not spent
+    assert run.trainer.version == 1 and run.trainer.env_steps == 2 * share
+    assert run.trainer.dropped_stale_steps == share
+    run.rollouts[0].sync(0.01)
+    run.rollouts[0].act_share()  # one share of version 1 reaches the budget
+    finished = run.trainer.iterate()
+    assert finished is not None and finished.reason == "budget_exhausted"
+    assert run.trainer.env_steps == budget
 
 
 def test_trainer_restart_resumes_from_stored_positions(in_process_run: Any) -> None:
