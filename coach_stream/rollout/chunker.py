@@ -2,7 +2,8 @@
 
 Each env accumulates up to T steps in preallocated columns. A chunk is emitted when it
 holds T steps, when its episode ends (SAME_STEP autoreset: the final observation comes
-from ``info["final_obs"]`` and becomes the chunk's bootstrap row), or when the policy
+from ``info["final_obs"]`` and becomes the chunk's bootstrap row; a step info without it is
+an error, never a silent fallback to the reset observation), or when the policy
 version changes (``flush``: one chunk, one behaviour version). Per-env ``chunk_seq`` is
 monotonic, across restarts too (``start`` takes where each env left off in the log), and
 ``first_step`` is the step's index within its episode, so the trainer can tell contiguous
@@ -20,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from coach_stream.core import Action, ExperienceChunk
+from coach_stream.errors import ConfigError
 
 
 class Chunker:
@@ -118,14 +120,12 @@ class Chunker:
         full = self._filled >= self.chunk_steps
         chunks: list[ExperienceChunk] = []
         if done.any() or full.any():
-            final_mask = infos.get("_final_obs")
-            final_obs = infos.get("final_obs")
+            final_obs = _final_observations(done, infos) if done.any() else None
             for i in np.flatnonzero(np.logical_or(done, full)):
-                if done[i] and final_mask is not None and final_mask[i]:
-                    bootstrap = np.asarray(final_obs[i])  # type: ignore[index]
-                else:
-                    bootstrap = next_obs[i]
-                chunks.append(self._emit(int(i), bootstrap, ended=bool(done[i])))
+                # an ended episode's bootstrap row is its final observation; next_obs[i]
+                # is already the reset observation of the next episode
+                bootstrap = final_obs[i] if final_obs is not None and done[i] else next_obs[i]
+                chunks.append(self._emit(int(i), np.asarray(bootstrap), ended=bool(done[i])))
         self._episode_step += 1
         self._episode_step[done] = 0
         self._episode_return[done] = 0.0
@@ -167,3 +167,21 @@ class Chunker:
         self._chunk_seq[i] += 1
         self._filled[i] = 0
         return chunk
+
+
+def _final_observations(done: npt.NDArray[Any], infos: dict[str, Any]) -> npt.NDArray[Any]:
+    """``infos["final_obs"]``, checked to hold one for every env whose episode ended.
+
+    Without it the bootstrap row of an ended episode would be the next episode's reset
+    observation: a wrong terminal value for every truncated episode, silently.
+    """
+    final_obs, has_final = infos.get("final_obs"), infos.get("_final_obs")
+    if final_obs is None or has_final is None or not np.all(np.asarray(has_final)[done]):
+        envs = np.flatnonzero(done).tolist()
+        raise ConfigError(
+            f"env(s) {envs} ended an episode but the vector env's step info has no "
+            '"final_obs" for them; build it with autoreset_mode=AutoresetMode.SAME_STEP '
+            "(coach_stream.envs.make_vector_env does) and keep wrappers from dropping that "
+            "info."
+        )
+    return final_obs  # type: ignore[no-any-return]

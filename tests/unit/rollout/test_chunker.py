@@ -5,9 +5,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from gymnasium.vector import VectorWrapper
 
 from coach_stream.core import Action
 from coach_stream.envs import SeedRole, env_seeds, make_vector_env
+from coach_stream.errors import ConfigError
 from coach_stream.rollout.chunker import Chunker
 
 
@@ -102,3 +104,25 @@ def test_a_chunker_used_before_start_says_so() -> None:
     chunker = Chunker("r", 0, 1, 2, (4,), np.dtype(np.float32), behaviour=False)
     with pytest.raises(RuntimeError, match="start"):
         chunker.flush()
+
+
+class _HideFinalObs(VectorWrapper):
+    """A wrapper that drops SAME_STEP autoreset's final observations from the step info."""
+
+    def step(self, actions: Any) -> Any:
+        obs, rewards, terminated, truncated, infos = self.env.step(actions)
+        infos = {k: v for k, v in infos.items() if k not in ("final_obs", "_final_obs")}
+        return obs, rewards, terminated, truncated, infos
+
+
+def test_a_vector_env_that_hides_final_observations_is_refused_at_the_first_episode_end() -> None:
+    envs = _HideFinalObs(make_vector_env("CartPole-v1", 2))
+    obs, _ = envs.reset(seed=[1, 2])
+    chunker = Chunker("r", 0, 2, 500, (4,), np.dtype(np.float32), behaviour=False)
+    chunker.start(obs, version=0)
+    action = Action(np.zeros(2, np.int64))  # always left: episodes end within ~10 steps
+    with pytest.raises(ConfigError, match='no "final_obs"'):
+        for _ in range(100):
+            obs, rewards, term, trunc, infos = envs.step(action.actions)
+            chunker.add(action, rewards, term, trunc, obs, infos)
+    assert chunker.episodes == 0  # no chunk with a reset observation as its bootstrap row

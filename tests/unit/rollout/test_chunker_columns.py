@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 
 from coach_stream.core import Action, ExperienceChunk
+from coach_stream.errors import ConfigError
 from coach_stream.rollout.chunker import Chunker
 
 FINAL = np.array([200, 201], np.uint8)  # env 0's terminal observation (before its reset)
+FINAL1 = np.array([210, 211], np.uint8)  # env 1's last observation when it is truncated
 
 
 def obs(k: int) -> np.ndarray:
@@ -46,11 +48,15 @@ def run(behaviour: bool = True) -> tuple[Chunker, list[ExperienceChunk], list[Ex
         "final_obs": np.array([FINAL, None], dtype=object),
         "_final_obs": env0,
     }
+    autoreset1: dict[str, Any] = {
+        "final_obs": np.array([None, FINAL1], dtype=object),
+        "_final_obs": env1,
+    }
     steps = {  # k: (terminated, truncated, infos)
         1: (no, no, {}),
         2: (env0, no, autoreset),  # env 0 terminates; its final observation is in infos
         3: (no, no, {}),  # env 1 has 3 steps: a full chunk
-        4: (no, env1, {}),  # env 1 is truncated, no final observation given
+        4: (no, env1, autoreset1),  # env 1 is truncated (time limit): bootstraps from FINAL1
         5: (no, no, {}),  # env 0 has 3 steps again
     }
     chunks: list[ExperienceChunk] = []
@@ -92,8 +98,9 @@ def test_each_chunk_holds_exactly_its_steps() -> None:
     np.testing.assert_array_equal(full1.values, [-1, -2, -3])
     assert (full1.first_step, full1.episode_return, full1.episode_length) == (0, None, None)
 
-    # Env 1's episode goes on into its next chunk and ends truncated (no final_obs given).
-    np.testing.assert_array_equal(truncated1.observations, rows(1, [3, 4]))
+    # Env 1's episode goes on into its next chunk and ends truncated: its final observation,
+    # not the reset observation obs(4), is the bootstrap row.
+    np.testing.assert_array_equal(truncated1.observations, np.vstack([rows(1, [3]), FINAL1]))
     np.testing.assert_array_equal(truncated1.truncated, [True])
     np.testing.assert_array_equal(truncated1.terminated, [False])
     assert truncated1.first_step == 3
@@ -144,7 +151,9 @@ def test_start_begins_a_new_episode_in_every_env() -> None:
     chunker.add(action(1), rewards(1), no, no, obs(1), {})
     flushed = chunker.flush()
     chunker.start(obs(9), version=2)
-    chunks = chunker.add(action(2), rewards(2), np.ones(2, bool), no, obs(10), {})
+    ended = np.ones(2, bool)
+    infos = {"final_obs": np.array([FINAL, FINAL1], dtype=object), "_final_obs": ended}
+    chunks = chunker.add(action(2), rewards(2), ended, no, obs(10), infos)
     assert [c.first_step for c in chunks] == [0, 0]
     assert [c.episode_return for c in chunks] == [2.0, 4.0]  # the old episode's reward is gone
     assert [c.chunk_seq for c in chunks] == [c.chunk_seq + 1 for c in flushed]
@@ -160,3 +169,23 @@ def test_a_chunker_before_start_refuses_to_add() -> None:
         chunker.add(action(1), rewards(1), no, no, obs(1), {})
     with pytest.raises(RuntimeError, match=r"call start\(obs, version\) first"):
         _ = chunker.last_obs
+
+
+@pytest.mark.parametrize(
+    "infos",
+    [
+        {},  # an env without SAME_STEP autoreset info
+        {"final_obs": np.array([FINAL, None], dtype=object)},  # no mask
+        {"final_obs": np.array([None, None], dtype=object), "_final_obs": np.zeros(2, bool)},
+    ],
+)
+def test_an_ended_episode_without_its_final_observation_is_an_error(
+    infos: dict[str, Any],
+) -> None:
+    chunker = Chunker("r", 0, 2, 3, (2,), np.dtype(np.uint8), behaviour=False)
+    chunker.start(obs(0), version=1)
+    no, env0 = np.zeros(2, bool), np.array([True, False])
+    with pytest.raises(ConfigError, match=r'env\(s\) \[0\] ended an episode .* "final_obs"'):
+        chunker.add(action(1), rewards(1), env0, no, obs(1), infos)
+    with pytest.raises(ConfigError, match="SAME_STEP"):
+        chunker.add(action(1), rewards(1), no, env0, obs(1), infos)  # truncated alike
