@@ -32,9 +32,17 @@ class _Frozen(BaseModel):
 
 
 class NetworkConfig(_Frozen):
-    """The MLP torso shared by the actor-critic and the Q-network."""
+    """The torso of the actor-critic and the Q-network: an MLP or, for frames, a CNN."""
 
+    kind: Literal["auto", "mlp", "nature_cnn", "small_cnn"] = "auto"
+    """``auto``: a CNN for 3-D uint8 observations (``nature_cnn`` from 36x36 pixels up,
+    ``small_cnn`` below), the MLP otherwise. See ``coach_stream.policies.cnn``."""
     hidden_sizes: tuple[int, ...] = Field(default=(64, 64), min_length=1)
+    """The MLP's hidden layers (the MLP kind only)."""
+    head_sizes: tuple[int, ...] = ()
+    """CNN kinds: hidden layers of the policy, value and Q heads on the CNN's features
+    (``()``: one linear layer, CleanRL's Atari agent; ``[64]``: rl-starter-files' MiniGrid
+    heads)."""
     activation: Literal["tanh", "relu"] = "tanh"
 
 
@@ -50,6 +58,9 @@ class RolloutConfig(_Frozen):
     sync_wait_s: float = Field(default=2.0, gt=0)
     """SYNC: how long a worker waits for v+1 before acting another share with v (a worker
     that died leaves its share to the others this way)."""
+    compression: Literal["none", "lz4", "zstd"] = "none"
+    """The experience producer's compression (librdkafka ``compression.type``). Float
+    observations do not compress; frames do (image presets: see docs/algorithms.md)."""
     async_max_lead_steps: int | None = Field(default=None, ge=1)
     """ASYNC pacing: after this many steps (per worker) acted with one version and no newer
     one, wait up to ``sync_wait_s`` for it before acting on. Reverb's limiter blocks fast
@@ -190,6 +201,10 @@ class Preset(_Frozen):
     target_return: float
     """The run ends when the mean of the last ``eval_episodes`` greedy returns reaches it."""
     eval_episodes: int = Field(default=20, ge=1)
+    env_wrappers: tuple[Literal["atari", "image"], ...] = ()
+    """Gymnasium wrappers around every env, in order (``coach_stream.envs.wrappers``):
+    ``atari`` (AtariPreprocessing, 84x84 grey, frame skip 4, 4 frames stacked),
+    ``image`` (MiniGrid's ImgObsWrapper: the uint8 agent view alone)."""
     env_step_budget: int = Field(ge=1)
     """The run ends (unsolved) after the trainer has consumed this many env steps."""
     seed: int = Field(default=1, ge=0)

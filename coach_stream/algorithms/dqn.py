@@ -39,6 +39,7 @@ class DQNBuilder:
             shape.obs_shape,
             generator,
             learner_device(self.preset),
+            obs_dtype=shape.obs_dtype,
         )
 
     def make_actor(self, shape: EnvShape, greedy: bool, seed: int) -> Actor:

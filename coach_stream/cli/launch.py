@@ -284,7 +284,7 @@ def _launch_on_nomad(
             f"note: checkpoints in {settings.checkpoints} work on Nomad only when every node "
             "shares that directory; pass --checkpoints gs://bucket/prefix for a cluster."
         )
-    validate_launch(settings, plan.preset.env_id)
+    validate_launch(settings, plan.preset.env_id, env_wrappers=plan.preset.env_wrappers)
     try:
         prepare_topics(settings, experience_retention=plan.preset.experience_retention)
         orchestrator.submit(spec)  # waits for every allocation to run; undoes itself on failure
@@ -373,7 +373,7 @@ def _check_run_free(orchestrator: LocalOrchestrator, plan: _LaunchPlan) -> None:
             f"Run id {plan.settings.run_id!r} already exists in {run_dir.path.parent}; choose "
             "another --run-id."
         )
-    validate_launch(plan.settings, plan.preset.env_id)
+    validate_launch(plan.settings, plan.preset.env_id, env_wrappers=plan.preset.env_wrappers)
 
 
 def _start(orchestrator: LocalOrchestrator, plan: _LaunchPlan) -> None:

@@ -117,7 +117,7 @@ class RolloutProcess:
         role = SeedRole.EVALUATOR if self.evaluator else SeedRole.ROLLOUT
         num_envs = config.eval_episodes if self.evaluator else config.rollout.num_envs
         seeds = env_seeds(config.seed, self.worker_id, num_envs, role)
-        envs = make_vector_env(config.env_id, num_envs)
+        envs = make_vector_env(config.env_id, num_envs, config.env_wrappers)
         try:
             seed = process_seed(config.seed, self.worker_id, role)
             actor = builder.make_actor(env_shape(envs), self.evaluator, seed)
@@ -170,7 +170,9 @@ class RolloutProcess:
         events: EventSink,
     ) -> RunFinished:
         """Act and write experience to the run's experience topic."""
-        with KafkaExperienceWriter(self.kafka, self.topics.experience) as writer:
+        # frames compress (image presets set rollout.compression); float observations do not
+        kafka = self.kafka.model_copy(update={"compression": self.config.rollout.compression})
+        with KafkaExperienceWriter(kafka, self.topics.experience) as writer:
             return RolloutWorker(envs, actor, writer, source, settings, seeds, events).run()
 
 

@@ -90,7 +90,7 @@ def train(
     )
     store = open_store(checkpoint_url(checkpoints), gcs_emulator_host=gcs_emulator)
     group = f"{settings.topic_prefix}.{run_id}.trainer"
-    shape = probe_shape(config.env_id)
+    shape = probe_shape(config.env_id, config.env_wrappers)
     # The trainer's door: a chunk that decodes but does not fit this run (another run, env
     # or action space) is dead-lettered with the reason instead of crashing the learner.
     spec = chunk_spec(config, run_id, shape)

@@ -10,6 +10,7 @@ the step that ends it, which is what a chunk needs for its bootstrap row.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from coach_stream.envs.wrappers import import_env_package, make_kwargs, wrapper_fns
 from coach_stream.errors import ConfigError
 
 
@@ -52,7 +54,8 @@ class EnvShape:
     obs_shape: tuple[int, ...]
     num_actions: int
     obs_dtype: str = "float32"
-    """The observation space's dtype (gymnasium's Box default): what every chunk carries."""
+    """The observation space's dtype (gymnasium's Box default): what every chunk carries.
+    Frames stay uint8 all the way to the network (``policies.cnn``)."""
     action_shape: tuple[int, ...] = ()
     """() for discrete actions; the Box's shape for continuous ones."""
     action_low: tuple[float, ...] = ()
@@ -88,20 +91,24 @@ def _clip_box_actions(env: gym.Env[Any, Any]) -> gym.Wrapper[Any, Any, Any, Any]
     return gym.Wrapper(env)  # a no-op layer: make_vec wants a wrapper for every env
 
 
-def make_vector_env(env_id: str, num_envs: int) -> VectorEnv:
+def make_vector_env(env_id: str, num_envs: int, wrappers: Sequence[str] = ()) -> VectorEnv:
     """A synchronous vector env (one process: the worker is the unit of parallelism).
 
+    ``wrappers``: the preset's ``env_wrappers`` (``envs.wrappers``), applied in order.
     Continuous actions are clipped to the action space's bounds inside each env
     (gymnasium's ``ClipAction``, as CleanRL's continuous PPO does): a Gaussian policy's
     sample is written to the chunk unclipped, so its log-prob stays exact.
     """
+    import_env_package(env_id)
+    fns = wrapper_fns(wrappers)
     try:
         return gym.make_vec(
             env_id,
             num_envs=num_envs,
             vectorization_mode="sync",
             vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
-            wrappers=[_clip_box_actions],
+            wrappers=[*fns, _clip_box_actions],
+            **make_kwargs(wrappers),
         )
     except gym.error.Error as error:
         raise ConfigError(
@@ -114,7 +121,10 @@ def env_shape(envs: VectorEnv) -> EnvShape:
     """The observation shape and the (discrete or Box) actions of one sub-environment."""
     obs_space, action_space = envs.single_observation_space, envs.single_action_space
     if not isinstance(obs_space, gym.spaces.Box):
-        raise ConfigError(f"Observation space {obs_space} is not a Box; use a vector observation.")
+        raise ConfigError(
+            f"Observation space {obs_space} is not a Box; use a vector or image observation "
+            "(for MiniGrid's Dict observation: env_wrappers [image])."
+        )
     obs_shape, obs_dtype = tuple(obs_space.shape), np.dtype(obs_space.dtype).name
     if isinstance(action_space, gym.spaces.Discrete):
         return EnvShape(obs_shape, int(action_space.n), obs_dtype)
@@ -139,9 +149,9 @@ def env_shape(envs: VectorEnv) -> EnvShape:
     )
 
 
-def probe_shape(env_id: str) -> EnvShape:
-    """The shape of ``env_id`` without keeping an environment (for the trainer's networks)."""
-    envs = make_vector_env(env_id, 1)
+def probe_shape(env_id: str, wrappers: Sequence[str] = ()) -> EnvShape:
+    """The shape of ``env_id`` (wrapped) without keeping an env (for the trainer's networks)."""
+    envs = make_vector_env(env_id, 1, wrappers)
     try:
         return env_shape(envs)
     finally:

@@ -23,7 +23,7 @@ import contextlib
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -118,7 +118,12 @@ def prepare_topics(
     )
 
 
-def validate_launch(settings: LaunchSettings, env_id: str, timeout_s: float = 5.0) -> None:
+def validate_launch(
+    settings: LaunchSettings,
+    env_id: str,
+    timeout_s: float = 5.0,
+    env_wrappers: Sequence[str] = (),
+) -> None:
     """Refuse a launch that could only fail, before it creates anything: a ``ConfigError``.
 
     Checked: the environment can be made (and has the spaces the algorithms support), the
@@ -126,7 +131,7 @@ def validate_launch(settings: LaunchSettings, env_id: str, timeout_s: float = 5.
     bucket exists) and holds no object of this run id. A run id reused after a finished
     run would otherwise "finish" at once on that run's announcements, training nothing.
     """
-    check_env(env_id)
+    check_env(env_id, env_wrappers)
     try:
         check_kafka_run_free(settings, timeout_s)
         check_store_run_free(settings, timeout_s)
@@ -135,11 +140,11 @@ def validate_launch(settings: LaunchSettings, env_id: str, timeout_s: float = 5.
         raise ConfigError(str(error)) from None
 
 
-def check_env(env_id: str) -> None:
-    """``env_id`` can be made (its gymnasium extra is installed) and its spaces fit."""
+def check_env(env_id: str, env_wrappers: Sequence[str] = ()) -> None:
+    """``env_id`` (wrapped) can be made (its gymnasium extra is installed) and its spaces fit."""
     from coach_stream.envs import probe_shape  # gymnasium: only when a launch needs it
 
-    probe_shape(env_id)
+    probe_shape(env_id, env_wrappers)
 
 
 def check_kafka_run_free(settings: LaunchSettings, timeout_s: float = 10.0) -> None:

@@ -52,16 +52,16 @@ class PPOActor:
 
     @torch.no_grad()
     def act(self, obs: npt.NDArray[np.generic]) -> Action:
-        x = torch.as_tensor(obs, dtype=torch.float32)
-        logits = self.net.actor(x.flatten(1))
+        x = torch.as_tensor(obs)  # frames stay uint8: the network converts and scales them
         if self.greedy:
-            return Action(actions=logits.argmax(-1).numpy().astype(np.int64))
+            return Action(actions=self.net.logits(x).argmax(-1).numpy().astype(np.int64))
+        logits, values = self.net.logits_and_value(x)
         log_p = torch.log_softmax(logits, dim=-1)
         actions = torch.multinomial(log_p.exp(), 1, generator=self._generator).squeeze(-1)
         return Action(
             actions=actions.numpy().astype(np.int64),
             log_probs=log_p.gather(-1, actions[:, None]).squeeze(-1).numpy().astype(np.float32),
-            values=self.net.get_value(x).numpy().astype(np.float32),
+            values=values.numpy().astype(np.float32),
         )
 
 
@@ -100,7 +100,7 @@ class DQNActor:
         if eps >= 1.0:  # skip the forward pass while acting uniformly at random
             uniform = self._rng.integers(0, self.net.num_actions, size=n, dtype=np.int64)
             return Action(actions=np.asarray(uniform, dtype=np.int64))
-        q = self.net(torch.as_tensor(obs, dtype=torch.float32))
+        q = self.net(torch.as_tensor(obs))  # frames stay uint8: the network scales them
         actions = q.argmax(-1).numpy().astype(np.int64)
         if eps > 0.0:
             explore = self._rng.random(n) < eps

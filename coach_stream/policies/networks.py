@@ -1,8 +1,10 @@
-"""The two networks: a CleanRL-style actor-critic (PPO) and a Q-network (DQN).
+"""The networks: a CleanRL-style actor-critic (PPO, IMPALA), a Q-network (DQN), and the
+Gaussian policies and soft Q-networks of continuous actions (PPO, SAC).
 
 Small MLPs on purpose: CartPole-class problems are solved by 64-256 unit layers, and a
 small network keeps both batched inference in workers and gradient steps in the trainer
-in the sub-millisecond range on one CPU thread.
+in the sub-millisecond range on one CPU thread. Frames (3-D uint8 observations) get a CNN
+torso instead (``policies.cnn``: ``network.kind``), shared by the actor-critic's heads.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from torch import nn
 
 from coach_stream.config import NetworkConfig
 from coach_stream.envs import EnvShape
+from coach_stream.errors import ConfigError
+from coach_stream.policies.cnn import ImageEncoder, network_kind
 
 
 def _layer(inputs: int, outputs: int, std: float) -> nn.Linear:
@@ -25,55 +29,114 @@ def _layer(inputs: int, outputs: int, std: float) -> nn.Linear:
     return layer
 
 
-def _mlp(inputs: int, config: NetworkConfig, outputs: int, out_std: float) -> nn.Sequential:
+def _mlp(
+    inputs: int,
+    config: NetworkConfig,
+    outputs: int,
+    out_std: float,
+    hidden_sizes: tuple[int, ...] | None = None,
+) -> nn.Sequential:
+    """``hidden_sizes`` (default ``config.hidden_sizes``) then a linear output layer."""
     activation: type[nn.Module] = nn.Tanh if config.activation == "tanh" else nn.ReLU
     layers: list[nn.Module] = []
     width = inputs
-    for hidden in config.hidden_sizes:
+    for hidden in config.hidden_sizes if hidden_sizes is None else hidden_sizes:
         layers += [_layer(width, hidden, float(np.sqrt(2))), activation()]
         width = hidden
     layers.append(_layer(width, outputs, out_std))
     return nn.Sequential(*layers)
 
 
+def _flat(obs: torch.Tensor) -> torch.Tensor:
+    """An MLP's input: flattened, float32 (a no-op for the float32 observations of most envs)."""
+    return obs.flatten(1).to(torch.float32)
+
+
+def _mlp_only(shape: EnvShape, config: NetworkConfig, what: str) -> None:
+    kind = network_kind(shape, config)
+    if kind != "mlp":
+        raise ConfigError(
+            f"{what} has no CNN torso yet, and these observations {shape.obs_shape} "
+            f"({shape.obs_dtype}) select network.kind {kind!r}; use a discrete-action "
+            "algorithm (ppo, dqn, impala) for frames, or network.kind mlp."
+        )
+
+
 class ActorCritic(nn.Module):
-    """Separate policy and value MLPs over a flat observation (CleanRL's ``Agent``)."""
+    """A categorical policy and a value function (CleanRL's ``Agent``).
+
+    MLP kind: separate policy and value MLPs over the flat observation. CNN kinds
+    (frames): one CNN encoder shared by a policy head and a value head (CleanRL's Atari
+    agent, rl-starter-files' MiniGrid model), heads of ``network.head_sizes``.
+    """
 
     def __init__(self, shape: EnvShape, config: NetworkConfig) -> None:
         super().__init__()
-        self.critic = _mlp(shape.obs_dim, config, 1, 1.0)
-        self.actor = _mlp(shape.obs_dim, config, shape.num_actions, 0.01)
+        kind = network_kind(shape, config)
+        self.encoder: ImageEncoder | None = None
+        if kind == "mlp":
+            self.critic = _mlp(shape.obs_dim, config, 1, 1.0)
+            self.actor = _mlp(shape.obs_dim, config, shape.num_actions, 0.01)
+        else:
+            self.encoder = ImageEncoder(shape, kind)
+            width, heads = self.encoder.features, config.head_sizes
+            self.critic = _mlp(width, config, 1, 1.0, heads)
+            self.actor = _mlp(width, config, shape.num_actions, 0.01, heads)
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """What the heads see: the flat observation, or the CNN's features of a frame."""
+        return _flat(obs) if self.encoder is None else self.encoder(obs)
 
     def get_value(self, obs: torch.Tensor) -> torch.Tensor:
-        value: torch.Tensor = self.critic(obs.flatten(1)).squeeze(-1)
+        value: torch.Tensor = self.critic(self.features(obs)).squeeze(-1)
         return value
+
+    def logits_and_value(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Policy logits and values in one pass (a CNN encodes each frame once)."""
+        features = self.features(obs)
+        logits: torch.Tensor = self.actor(features)
+        return logits, self.critic(features).squeeze(-1)
+
+    def logits(self, obs: torch.Tensor) -> torch.Tensor:
+        logits: torch.Tensor = self.actor(self.features(obs))
+        return logits
 
     def log_policy(self, obs: torch.Tensor) -> torch.Tensor:
         """Log-probabilities of every action (a categorical policy over the logits)."""
-        return torch.log_softmax(self.actor(obs.flatten(1)), dim=-1)
+        return torch.log_softmax(self.logits(obs), dim=-1)
 
     def get_action_and_value(
         self, obs: torch.Tensor, action: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """(action, log_prob, entropy, value); samples the action unless one is given."""
-        log_p = self.log_policy(obs)
+        logits, value = self.logits_and_value(obs)
+        log_p = torch.log_softmax(logits, dim=-1)
         if action is None:
             action = torch.multinomial(log_p.exp(), 1).squeeze(-1)
         log_prob = log_p.gather(-1, action.long()[:, None]).squeeze(-1)
         entropy = -(log_p.exp() * log_p).sum(-1)
-        return action, log_prob, entropy, self.get_value(obs)
+        return action, log_prob, entropy, value
 
 
 class QNetwork(nn.Module):
-    """Q(s, .) for every discrete action."""
+    """Q(s, .) for every discrete action: an MLP, or (frames) a CNN encoder and a head
+    (the Nature DQN: conv torso, fc 512, one linear layer per action)."""
 
     def __init__(self, shape: EnvShape, config: NetworkConfig) -> None:
         super().__init__()
         self.num_actions = shape.num_actions
-        self.net = _mlp(shape.obs_dim, config, shape.num_actions, 1.0)
+        kind = network_kind(shape, config)
+        self.encoder: ImageEncoder | None = None
+        if kind == "mlp":
+            self.net = _mlp(shape.obs_dim, config, shape.num_actions, 1.0)
+        else:
+            self.encoder = ImageEncoder(shape, kind)
+            width = self.encoder.features
+            self.net = _mlp(width, config, shape.num_actions, 1.0, config.head_sizes)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        q: torch.Tensor = self.net(obs.flatten(1))
+        features = _flat(obs) if self.encoder is None else self.encoder(obs)
+        q: torch.Tensor = self.net(features)
         return q
 
 
@@ -95,17 +158,18 @@ class GaussianActorCritic(nn.Module):
 
     def __init__(self, shape: EnvShape, config: NetworkConfig) -> None:
         super().__init__()
+        _mlp_only(shape, config, "PPO's Gaussian policy")
         self.action_shape = shape.action_shape
         self.critic = _mlp(shape.obs_dim, config, 1, 1.0)
         self.actor_mean = _mlp(shape.obs_dim, config, shape.num_actions, 0.01)
         self.actor_logstd = nn.Parameter(torch.zeros(1, shape.num_actions))
 
     def get_value(self, obs: torch.Tensor) -> torch.Tensor:
-        value: torch.Tensor = self.critic(obs.flatten(1)).squeeze(-1)
+        value: torch.Tensor = self.critic(_flat(obs)).squeeze(-1)
         return value
 
     def mean_and_log_std(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        mean: torch.Tensor = self.actor_mean(obs.flatten(1))
+        mean: torch.Tensor = self.actor_mean(_flat(obs))
         return mean, self.actor_logstd.expand_as(mean)
 
     def get_action_and_value(
@@ -137,6 +201,7 @@ class SquashedGaussianActor(nn.Module):
 
     def __init__(self, shape: EnvShape, config: NetworkConfig) -> None:
         super().__init__()
+        _mlp_only(shape, config, "SAC's policy")
         self.action_shape = shape.action_shape
         self.torso = _mlp(shape.obs_dim, config, 2 * shape.num_actions, 0.01)
         low = torch.tensor(shape.action_low, dtype=torch.float32)
@@ -178,6 +243,7 @@ class SoftQNetwork(nn.Module):
 
     def __init__(self, shape: EnvShape, config: NetworkConfig) -> None:
         super().__init__()
+        _mlp_only(shape, config, "SAC's Q-network")
         self.net = _mlp(shape.obs_dim + shape.num_actions, config, 1, 1.0)
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:

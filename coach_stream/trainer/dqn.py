@@ -49,13 +49,15 @@ class DQN:
         obs_shape: tuple[int, ...],
         generator: torch.Generator,
         device: torch.device = CPU,
+        obs_dtype: str = "float32",
     ) -> None:
+        """``obs_dtype``: the env's; frames are stored as uint8 and scaled by the network."""
         self.device = device
         q_network, target_network = q_network.to(device), target_network.to(device)
         self.q_network, self.target_network, self.config = q_network, target_network, config
         self.target_network.load_state_dict(q_network.state_dict())
         self.optimizer = optim.Adam(q_network.parameters(), lr=config.learning_rate, fused=True)
-        self.buffer = ReplayBuffer(config.buffer_size, obs_shape)
+        self.buffer = ReplayBuffer(config.buffer_size, obs_shape, obs_dtype=obs_dtype)
         self.limiter = SamplesPerInsertLimiter(
             config.samples_per_insert, config.learning_starts, config.spi_tolerance
         )

@@ -153,12 +153,8 @@ class IMPALA:
         chunks = [chunk for chunk, _ in pending]
         c, net = self.config, self.net
         dev = self.device
-        obs = to_device(
-            torch.from_numpy(
-                np.concatenate([ch.observations for ch in chunks]).astype(np.float32, copy=False)
-            ),
-            dev,
-        )
+        # frames stay uint8 up to the device (a quarter of the bytes); the network scales them
+        obs = to_device(torch.from_numpy(np.concatenate([ch.observations for ch in chunks])), dev)
         lengths = np.array([ch.num_steps for ch in chunks])
         rows_end = np.cumsum(lengths + 1)
         is_bootstrap = np.zeros(len(obs), dtype=np.bool_)

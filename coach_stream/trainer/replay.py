@@ -1,6 +1,8 @@
 """DQN's replay buffer and the samples-per-insert limiter that paces the trainer.
 
-The buffer holds single transitions (s, a, r, s', terminated) cut from chunks; a chunk
+The buffer holds single transitions (s, a, r, s', terminated) cut from chunks, the
+observations in their own dtype (frames stay uint8: a quarter of float32's memory; the
+network converts them on the trainer's device); a chunk
 cut by a time limit keeps ``terminated=False`` so the target still bootstraps from s'.
 It needs no checkpoint of its own: the experience log *is* the replay, so a restarted
 trainer refills it by re-reading the log up to its stored positions.
@@ -27,7 +29,7 @@ from coach_stream.trainer.device import to_device
 
 @dataclass(frozen=True)
 class ReplaySample:
-    """A minibatch of transitions as float/long tensors."""
+    """A minibatch of transitions as tensors (observations in the env's dtype)."""
 
     observations: torch.Tensor
     actions: torch.Tensor
@@ -57,11 +59,13 @@ class ReplayBuffer:
         obs_shape: tuple[int, ...],
         action_shape: tuple[int, ...] = (),
         action_dtype: type[np.generic] = np.int64,
+        obs_dtype: str = "float32",
     ) -> None:
-        """``action_shape``/``action_dtype``: () int64 (DQN) or the Box's shape, float32 (SAC)."""
+        """``action_shape``/``action_dtype``: () int64 (DQN) or the Box's shape, float32 (SAC);
+        ``obs_dtype``: the env's (``EnvShape.obs_dtype``)."""
         self.capacity = capacity
-        self._obs = np.zeros((capacity, *obs_shape), dtype=np.float32)
-        self._next_obs = np.zeros((capacity, *obs_shape), dtype=np.float32)
+        self._obs = np.zeros((capacity, *obs_shape), dtype=obs_dtype)
+        self._next_obs = np.zeros((capacity, *obs_shape), dtype=obs_dtype)
         self._actions = np.zeros((capacity, *action_shape), dtype=action_dtype)
         self._rewards = np.zeros(capacity, dtype=np.float32)
         self._terminated = np.zeros(capacity, dtype=np.float32)

@@ -71,7 +71,9 @@ class KafkaRun:
         control = self.stack.enter_context(KafkaControlSubscriber(self.kafka, self.topics))
         publisher = self.stack.enter_context(KafkaControlPublisher(self.kafka, self.topics))
         return Trainer(
-            self.builder.make_learner(probe_shape(self.preset.env_id), self.workers, generator),
+            self.builder.make_learner(
+                probe_shape(self.preset.env_id, self.preset.env_wrappers), self.workers, generator
+            ),
             reader,
             control,
             publisher,
@@ -83,7 +85,7 @@ class KafkaRun:
 
     def _worker(self, worker_id: int) -> RolloutWorker:
         p = self.preset
-        envs = make_vector_env(p.env_id, p.rollout.num_envs)
+        envs = make_vector_env(p.env_id, p.rollout.num_envs, p.env_wrappers)
         actor = self.builder.make_actor(
             env_shape(envs), greedy=False, seed=process_seed(p.seed, worker_id, SeedRole.ROLLOUT)
         )

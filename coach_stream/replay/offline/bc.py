@@ -21,7 +21,7 @@ class BehaviourCloning:
         self.optimizer = torch.optim.Adam(self.net.actor.parameters(), lr=config.learning_rate)
 
     def update(self, batch: Mapping[str, torch.Tensor]) -> dict[str, float]:
-        logits = self.net.actor(batch["obs"].flatten(1))
+        logits = self.net.logits(batch["obs"])
         loss = F.cross_entropy(logits, batch["actions"])
         self.optimizer.zero_grad()
         loss.backward()  # type: ignore[no-untyped-call]

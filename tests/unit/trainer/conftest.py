@@ -59,7 +59,9 @@ class InProcessRun:
         self.rollouts = [self._worker(i) for i in range(self.workers)]
         self.eval: Evaluator | None = None
         if self.evaluator:
-            envs = make_vector_env(self.preset.env_id, self.preset.eval_episodes)
+            envs = make_vector_env(
+                self.preset.env_id, self.preset.eval_episodes, self.preset.env_wrappers
+            )
             actor = self.builder.make_actor(env_shape(envs), greedy=True, seed=0)
             self.eval = Evaluator(
                 envs,
@@ -81,7 +83,9 @@ class InProcessRun:
         # check the control topic on every iteration: the test decides when things happen
         settings = replace(self.builder.make_trainer_settings(self.run_id), control_poll_s=0.0)
         return Trainer(
-            self.builder.make_learner(probe_shape(self.preset.env_id), self.workers, generator),
+            self.builder.make_learner(
+                probe_shape(self.preset.env_id, self.preset.env_wrappers), self.workers, generator
+            ),
             MemoryExperienceReader(self.log),
             MemoryControlSubscriber(self.control),
             MemoryControlPublisher(self.control),
@@ -96,7 +100,7 @@ class InProcessRun:
 
     def _worker(self, worker_id: int) -> RolloutWorker:
         p = self.preset
-        envs = make_vector_env(p.env_id, p.rollout.num_envs)
+        envs = make_vector_env(p.env_id, p.rollout.num_envs, p.env_wrappers)
         actor = self.builder.make_actor(
             env_shape(envs), greedy=False, seed=process_seed(p.seed, worker_id, SeedRole.ROLLOUT)
         )
