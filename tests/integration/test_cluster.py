@@ -97,9 +97,13 @@ def test_containers_of_a_killed_session_are_removed_by_the_next(image: str) -> N
 
 
 def _leader(settings: KafkaSettings, topic: str) -> int:
+    """The partition's leader; -1 while the broker asked has not learned of the topic yet."""
     with clients.admin(settings) as admin:
         metadata = admin.list_topics(topic, timeout=10)
-    partition = metadata.topics[topic].partitions[0]
+    found = metadata.topics.get(topic)
+    if found is None or found.error is not None or 0 not in found.partitions:
+        return -1
+    partition = found.partitions[0]
     assert sorted(partition.replicas) == [1, 2, 3]
     return int(partition.leader)
 
