@@ -1,6 +1,7 @@
 """End-to-end runs of the algorithms beyond CartPole's PPO/DQN on the real broker:
-SAC on Pendulum (continuous actions) and IMPALA with V-trace on CartPole (ASYNC on-policy),
-launched as supervised local processes like ``coach-stream launch`` does.
+SAC on Pendulum (continuous actions), IMPALA with V-trace on CartPole (ASYNC on-policy) and
+PPO on MiniGrid from uint8 frames (image observations), launched as supervised local
+processes like ``coach-stream launch`` does.
 
 The IMPALA test also runs SYNC PPO with the same workers and reports both wall times
 (``-s`` shows them); it asserts only what holds on any machine: both solve.
@@ -11,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from coach_stream.codec import decode_chunk
 from coach_stream.config import load_preset
-from coach_stream.core import TaskState
+from coach_stream.core import ExperienceChunk, TaskState
 from coach_stream.orchestrators import (
     LaunchSettings,
     LocalOrchestrator,
@@ -24,6 +27,7 @@ from coach_stream.orchestrators import (
     warm_supervisor,
 )
 from coach_stream.orchestrators.launcher import RunOutcome, follow, prepare_topics
+from coach_stream.transport.settings import RunTopics
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -95,3 +99,32 @@ def test_cartpole_impala_async_solves_and_is_timed_against_sync_ppo(
         f"policy lag mean {lag}; cartpole-ppo (SYNC, same 2 workers): {ppo.wall_s:.1f} s, "
         f"{ppo.finished['env_steps']} env steps"
     )
+
+
+def first_chunk(kafka: str, run_id: str) -> ExperienceChunk:
+    """The first record of the run's experience topic, decoded as the trainer does."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": kafka, "group.id": f"peek-{run_id}", "enable.auto.commit": False}
+    )
+    try:
+        consumer.assign([TopicPartition(RunTopics.for_run(run_id).experience, 0, 0)])
+        message = consumer.poll(30.0)
+        assert message is not None and message.error() is None
+        value = message.value()
+        assert value is not None
+        return decode_chunk(value)
+    finally:
+        consumer.close()
+
+
+def test_minigrid_ppo_solves_from_uint8_frames(
+    orchestrator: LocalOrchestrator, kafka_bootstrap: str, unique_name: str, tmp_path: Path
+) -> None:
+    run_id = f"e2e-minigrid-{unique_name}"
+    outcome = run_to_end(orchestrator, "minigrid-ppo", run_id, kafka_bootstrap, tmp_path)
+    assert outcome.finished is not None
+    chunk = first_chunk(kafka_bootstrap, run_id)  # written lz4-compressed, read back as is
+    assert chunk.observations.dtype == np.uint8 and chunk.observations.shape[1:] == (7, 7, 3)
+    print(f"minigrid-ppo: {outcome.wall_s:.1f} s, {outcome.finished['env_steps']} env steps")
