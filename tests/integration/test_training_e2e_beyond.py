@@ -125,6 +125,6 @@ def test_minigrid_ppo_solves_from_uint8_frames(
     run_id = f"e2e-minigrid-{unique_name}"
     outcome = run_to_end(orchestrator, "minigrid-ppo", run_id, kafka_bootstrap, tmp_path)
     assert outcome.finished is not None
-    chunk = first_chunk(kafka_bootstrap, run_id)  # written lz4-compressed, read back as is
+    chunk = first_chunk(kafka_bootstrap, run_id)  # written zstd-compressed, read back as is
     assert chunk.observations.dtype == np.uint8 and chunk.observations.shape[1:] == (7, 7, 3)
     print(f"minigrid-ppo: {outcome.wall_s:.1f} s, {outcome.finished['env_steps']} env steps")
