@@ -1,0 +1,104 @@
+"""The MuJoCo presets on the real broker: ``halfcheetah-sac`` and ``halfcheetah-ppo`` start,
+write HalfCheetah experience to Kafka and complete policy versions, launched as supervised
+local processes like ``coach-stream launch`` does.
+
+They are for real use (a million steps), so the run ends on a small env-step budget; the
+presets are otherwise unchanged (SAC's 10k random steps before learning included).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from coach_stream.codec import decode_chunk
+from coach_stream.config import load_preset
+from coach_stream.core import ExperienceChunk
+from coach_stream.orchestrators import (
+    LaunchSettings,
+    LocalOrchestrator,
+    SupervisorConfig,
+    build_run_spec,
+    warm_supervisor,
+)
+from coach_stream.orchestrators.launcher import follow, prepare_topics
+from coach_stream.transport.settings import RunTopics
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+SUPERVISION = warm_supervisor(
+    SupervisorConfig(initial_backoff_s=0.5, stop_grace_s=10.0, linger_s=10.0)
+)
+
+
+@pytest.fixture
+def orchestrator(tmp_path: Path) -> Iterator[LocalOrchestrator]:
+    orchestrator = LocalOrchestrator(tmp_path / "state", config=SUPERVISION)
+    yield orchestrator
+    for run_id in orchestrator.runs():  # never leave a process behind, even on failure
+        orchestrator.stop(run_id)
+
+
+def first_chunk(kafka: str, run_id: str) -> ExperienceChunk:
+    """The first record of the run's experience topic, decoded as the trainer does."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": kafka, "group.id": f"peek-{run_id}", "enable.auto.commit": False}
+    )
+    try:
+        consumer.assign([TopicPartition(RunTopics.for_run(run_id).experience, 0, 0)])
+        message = consumer.poll(30.0)
+        assert message is not None and message.error() is None
+        value = message.value()
+        assert value is not None
+        return decode_chunk(value)
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize(
+    ("preset", "budget"),
+    [
+        # 10k uniform steps, then one gradient step per env step: ~1k steps, ~4 versions
+        ("halfcheetah-sac", 11_000),
+        # 2 workers x 512 steps per version: 4 versions
+        ("halfcheetah-ppo", 4_096),
+    ],
+)
+def test_halfcheetah_preset_produces_experience_and_completes_versions(
+    orchestrator: LocalOrchestrator,
+    kafka_bootstrap: str,
+    unique_name: str,
+    tmp_path: Path,
+    preset: str,
+    budget: int,
+) -> None:
+    run_id = f"e2e-{preset}-{unique_name}"
+    settings = LaunchSettings(
+        preset=preset,
+        run_id=run_id,
+        workers=2,
+        kafka_bootstrap=kafka_bootstrap,
+        checkpoints=(tmp_path / "ckpt").as_uri(),
+        overrides=(f"env_step_budget={budget}",),
+        evaluator=False,  # 20 greedy episodes of 1000 steps each would only cost CPU here
+    )
+    prepare_topics(settings)
+    orchestrator.submit(build_run_spec(settings))
+    outcome = follow(orchestrator, run_id, timeout_s=600.0)
+    lines = "\n".join(list(orchestrator.logs(run_id))[-60:])
+    finished = outcome.finished
+    assert finished is not None and finished["reason"] == "budget_exhausted", lines
+    assert finished["final_version"] >= 2 and finished["env_steps"] >= budget, lines
+    chunk = first_chunk(kafka_bootstrap, run_id)
+    assert chunk.observations.dtype == np.float64 and chunk.observations.shape[1:] == (17,)
+    assert chunk.actions.dtype == np.float32 and chunk.actions.shape[1:] == (6,)
+    assert load_preset(preset).env_id == "HalfCheetah-v5"
+    print(
+        f"{preset}: {outcome.wall_s:.1f} s to {finished['env_steps']} env steps, "
+        f"{finished['updates']} updates, final version {finished['final_version']}"
+    )
