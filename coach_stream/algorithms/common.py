@@ -5,6 +5,10 @@ from __future__ import annotations
 import torch
 
 from coach_stream.config import Preset
+from coach_stream.core import Actor
+from coach_stream.envs import EnvShape
+from coach_stream.policies.actors import GaussianPPOActor, PPOActor
+from coach_stream.policies.networks import ActorCritic, GaussianActorCritic
 from coach_stream.rollout.worker import WorkerSettings
 from coach_stream.trainer.device import resolve_device
 from coach_stream.trainer.loop import TrainerSettings
@@ -13,6 +17,22 @@ from coach_stream.trainer.loop import TrainerSettings
 def learner_device(preset: Preset) -> torch.device:
     """The device the trainer's learner uses (``trainer.device``; ``--device`` sets it)."""
     return resolve_device(preset.trainer.device)
+
+
+def actor_critic(preset: Preset, shape: EnvShape) -> ActorCritic | GaussianActorCritic:
+    """Categorical policy for discrete actions, diagonal Gaussian for continuous ones."""
+    if shape.continuous:
+        return GaussianActorCritic(shape, preset.network)
+    return ActorCritic(shape, preset.network)
+
+
+def actor_critic_actor(preset: Preset, shape: EnvShape, greedy: bool, seed: int) -> Actor:
+    """A worker's (or the evaluator's) actor sampling ``actor_critic``'s policy."""
+    torch.manual_seed(seed)  # the initial weights are replaced by the first version
+    net = actor_critic(preset, shape)
+    if isinstance(net, GaussianActorCritic):
+        return GaussianPPOActor(net, greedy, seed)
+    return PPOActor(net, greedy, seed)
 
 
 def worker_settings(

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import torch
 
-from coach_stream.algorithms.common import learner_device, trainer_settings, worker_settings
+from coach_stream.algorithms.common import (
+    actor_critic,
+    actor_critic_actor,
+    learner_device,
+    trainer_settings,
+    worker_settings,
+)
 from coach_stream.config import Preset
 from coach_stream.core import Actor, Learner
 from coach_stream.envs import EnvShape
-from coach_stream.policies.actors import GaussianPPOActor, PPOActor
-from coach_stream.policies.networks import ActorCritic, GaussianActorCritic
 from coach_stream.rollout.worker import WorkerSettings
 from coach_stream.trainer.impala import IMPALA
 from coach_stream.trainer.loop import TrainerSettings
@@ -30,21 +34,14 @@ class IMPALABuilder:
         """Steps per env between two looks for a newer version (one chunk's worth)."""
         return self.preset.rollout.chunk_steps
 
-    def _network(self, shape: EnvShape) -> ActorCritic | GaussianActorCritic:
-        if shape.continuous:
-            return GaussianActorCritic(shape, self.preset.network)
-        return ActorCritic(shape, self.preset.network)
-
     def make_learner(self, shape: EnvShape, workers: int, generator: torch.Generator) -> Learner:
         torch.manual_seed(generator.initial_seed())
-        return IMPALA(self._network(shape), self.config, generator, learner_device(self.preset))
+        return IMPALA(
+            actor_critic(self.preset, shape), self.config, generator, learner_device(self.preset)
+        )
 
     def make_actor(self, shape: EnvShape, greedy: bool, seed: int) -> Actor:
-        torch.manual_seed(seed)  # the initial weights are replaced by the first version
-        net = self._network(shape)
-        if isinstance(net, GaussianActorCritic):
-            return GaussianPPOActor(net, greedy, seed)
-        return PPOActor(net, greedy, seed)
+        return actor_critic_actor(self.preset, shape, greedy, seed)
 
     def make_worker_settings(self, run_id: str, worker_id: int) -> WorkerSettings:
         return worker_settings(self.preset, run_id, worker_id, self.share_steps, behaviour=True)

@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import torch
 
-from coach_stream.algorithms.common import learner_device, trainer_settings, worker_settings
+from coach_stream.algorithms.common import (
+    actor_critic,
+    actor_critic_actor,
+    learner_device,
+    trainer_settings,
+    worker_settings,
+)
 from coach_stream.config import Preset
 from coach_stream.core import Actor, Learner
 from coach_stream.envs import EnvShape
-from coach_stream.policies.actors import GaussianPPOActor, PPOActor
-from coach_stream.policies.networks import ActorCritic, GaussianActorCritic
 from coach_stream.rollout.worker import WorkerSettings
 from coach_stream.trainer.loop import TrainerSettings
 from coach_stream.trainer.ppo import PPO
@@ -42,7 +46,7 @@ class PPOBuilder:
     def make_learner(self, shape: EnvShape, workers: int, generator: torch.Generator) -> Learner:
         torch.manual_seed(generator.initial_seed())
         return PPO(
-            self._network(shape),
+            actor_critic(self.preset, shape),
             self.config,
             steps_per_update=self.steps_per_update(workers),
             anneal_steps=self.config.anneal_steps or self.preset.env_step_budget,
@@ -50,18 +54,8 @@ class PPOBuilder:
             device=learner_device(self.preset),
         )
 
-    def _network(self, shape: EnvShape) -> ActorCritic | GaussianActorCritic:
-        """Categorical policy for discrete actions, diagonal Gaussian for continuous ones."""
-        if shape.continuous:
-            return GaussianActorCritic(shape, self.preset.network)
-        return ActorCritic(shape, self.preset.network)
-
     def make_actor(self, shape: EnvShape, greedy: bool, seed: int) -> Actor:
-        torch.manual_seed(seed)  # the initial weights are replaced by the first version
-        net = self._network(shape)
-        if isinstance(net, GaussianActorCritic):
-            return GaussianPPOActor(net, greedy, seed)
-        return PPOActor(net, greedy, seed)
+        return actor_critic_actor(self.preset, shape, greedy, seed)
 
     def make_worker_settings(self, run_id: str, worker_id: int) -> WorkerSettings:
         return worker_settings(self.preset, run_id, worker_id, self.share_steps, behaviour=True)

@@ -12,6 +12,7 @@ actors (the evaluator) take the arg-max and never explore. Each algorithm's buil
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -39,16 +40,23 @@ def _load_into(module: torch.nn.Module, state_dict: Mapping[str, object], versio
         ) from error
 
 
-class PPOActor:
-    """Samples from the actor-critic's categorical policy (or its mode when greedy)."""
+Net = TypeVar("Net", bound=torch.nn.Module)
 
-    def __init__(self, net: ActorCritic, greedy: bool, seed: int) -> None:
+
+class _SamplingActor(Generic[Net]):
+    """An actor that samples its network's policy with its own seeded generator."""
+
+    def __init__(self, net: Net, greedy: bool, seed: int) -> None:
         self.net, self.greedy, self.version = net, greedy, -1
         self._generator = torch.Generator().manual_seed(seed)
 
     def load(self, policy: LoadedPolicy) -> None:
         _load_into(self.net, policy.state_dict, policy.version.version)
         self.version = policy.version.version
+
+
+class PPOActor(_SamplingActor[ActorCritic]):
+    """Samples from the actor-critic's categorical policy (or its mode when greedy)."""
 
     @torch.no_grad()
     def act(self, obs: npt.NDArray[np.generic]) -> Action:
@@ -109,16 +117,8 @@ class DQNActor:
         return Action(actions=actions)
 
 
-class GaussianPPOActor:
+class GaussianPPOActor(_SamplingActor[GaussianActorCritic]):
     """Samples PPO's diagonal Gaussian (its mean when greedy); the env clips to bounds."""
-
-    def __init__(self, net: GaussianActorCritic, greedy: bool, seed: int) -> None:
-        self.net, self.greedy, self.version = net, greedy, -1
-        self._generator = torch.Generator().manual_seed(seed)
-
-    def load(self, policy: LoadedPolicy) -> None:
-        _load_into(self.net, policy.state_dict, policy.version.version)
-        self.version = policy.version.version
 
     @torch.no_grad()
     def act(self, obs: npt.NDArray[np.generic]) -> Action:

@@ -22,7 +22,7 @@ Polyak averaging with ``tau`` (1.0: a copy).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -30,15 +30,14 @@ import torch.nn.functional as F
 from torch import nn, optim
 
 from coach_stream.config import DQNConfig
-from coach_stream.core import ExperienceChunk, Ingested
 from coach_stream.policies.networks import QNetwork
 from coach_stream.trainer.device import CPU, cpu_state_dict
-from coach_stream.trainer.replay import ReplayBuffer, SamplesPerInsertLimiter
+from coach_stream.trainer.replay import ReplayBuffer, ReplayFed, SamplesPerInsertLimiter
 
 _STEPS_PER_LEARN = 32  # gradient steps per learn() call: bounds the loop's reaction time
 
 
-class DQN:
+class DQN(ReplayFed):
     """The learner: replay buffer + online/target Q-networks + limiter."""
 
     def __init__(
@@ -61,6 +60,7 @@ class DQN:
         self.limiter = SamplesPerInsertLimiter(
             config.samples_per_insert, config.learning_starts, config.spi_tolerance
         )
+        self.sample_size = config.batch_size
         self.generator = generator
         self._updates = 0
         self._since_publish = 0
@@ -68,23 +68,6 @@ class DQN:
     @property
     def updates(self) -> int:
         return self._updates
-
-    def ingest(self, chunks: Sequence[ExperienceChunk], version: int) -> Ingested:
-        used = 0
-        for chunk in chunks:
-            used += self.buffer.add_chunk(chunk)
-        self.limiter.insert(used)
-        return Ingested(used)
-
-    def refill(self, chunks: Sequence[ExperienceChunk]) -> None:
-        for chunk in chunks:  # the limiter's counters come from the checkpoint instead
-            self.buffer.add_chunk(chunk)
-
-    def wants_data(self) -> bool:
-        return self.limiter.wants_inserts()
-
-    def ready(self) -> bool:
-        return self.buffer.size > 0 and self.limiter.can_sample(self.config.batch_size)
 
     def learn(self, env_steps: int) -> tuple[dict[str, float], bool]:
         c = self.config

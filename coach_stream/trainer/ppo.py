@@ -33,6 +33,7 @@ from coach_stream.config import PPOConfig
 from coach_stream.core import ExperienceChunk, Ingested
 from coach_stream.policies.networks import ActorCritic, GaussianActorCritic
 from coach_stream.trainer.device import CPU, cpu_state_dict, to_device
+from coach_stream.trainer.state import load_network_state, network_state
 
 _BATCH_FIELDS = ("observations", "actions", "log_probs", "values", "advantages", "returns")
 _LR_FLOOR = 0.05  # of the initial learning rate: a run past anneal_steps still learns
@@ -330,14 +331,8 @@ class PPO:
         return cpu_state_dict(self.net.state_dict())
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "net": self.net.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "updates": self._updates,
-        }
+        return network_state(self.net, self.optimizer, self._updates)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.net.load_state_dict(state["net"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self._updates = int(state["updates"])
+        self._updates = load_network_state(state, self.net, self.optimizer)
         self._batch, self._batch_steps = [], 0

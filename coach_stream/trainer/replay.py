@@ -17,13 +17,14 @@ can run away, whatever the number of workers.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from coach_stream.core import ExperienceChunk
+from coach_stream.core import ExperienceChunk, Ingested
 from coach_stream.trainer.device import to_device
 
 
@@ -136,3 +137,30 @@ class SamplesPerInsertLimiter:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.inserted, self.sampled = int(state["inserted"]), int(state["sampled"])
+
+
+class ReplayFed:
+    """How an off-policy learner takes experience: every step into the buffer, paced by
+    the limiter (DQN and SAC). The learner sets ``buffer``, ``limiter`` and
+    ``sample_size`` (its minibatch) in its constructor."""
+
+    buffer: ReplayBuffer
+    limiter: SamplesPerInsertLimiter
+    sample_size: int
+
+    def ingest(self, chunks: Sequence[ExperienceChunk], version: int) -> Ingested:
+        used = 0
+        for chunk in chunks:
+            used += self.buffer.add_chunk(chunk)
+        self.limiter.insert(used)
+        return Ingested(used)
+
+    def refill(self, chunks: Sequence[ExperienceChunk]) -> None:
+        for chunk in chunks:  # the limiter's counters come from the checkpoint instead
+            self.buffer.add_chunk(chunk)
+
+    def wants_data(self) -> bool:
+        return self.limiter.wants_inserts()
+
+    def ready(self) -> bool:
+        return self.buffer.size > 0 and self.limiter.can_sample(self.sample_size)

@@ -21,7 +21,7 @@ The log is the replay: a restarted trainer refills the buffer from it (``refill=
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -30,15 +30,14 @@ import torch.nn.functional as F
 from torch import optim
 
 from coach_stream.config import SACConfig
-from coach_stream.core import ExperienceChunk, Ingested
 from coach_stream.policies.networks import SoftQNetwork, SquashedGaussianActor
 from coach_stream.trainer.device import CPU, cpu_state_dict
-from coach_stream.trainer.replay import ReplayBuffer, SamplesPerInsertLimiter
+from coach_stream.trainer.replay import ReplayBuffer, ReplayFed, SamplesPerInsertLimiter
 
 _STEPS_PER_LEARN = 32  # gradient steps per learn() call: bounds the loop's reaction time
 
 
-class SAC:
+class SAC(ReplayFed):
     """The learner: replay buffer + actor + twin Q-networks with targets + temperature."""
 
     def __init__(
@@ -76,6 +75,7 @@ class SAC:
         self.limiter = SamplesPerInsertLimiter(
             config.samples_per_insert, config.learning_starts, config.spi_tolerance
         )
+        self.sample_size = config.batch_size
         self._updates = 0
         self._since_publish = 0
 
@@ -88,23 +88,6 @@ class SAC:
         return float(self.log_alpha.exp().item())
 
     # ----------------------------------------------------------------- experience
-
-    def ingest(self, chunks: Sequence[ExperienceChunk], version: int) -> Ingested:
-        used = 0
-        for chunk in chunks:
-            used += self.buffer.add_chunk(chunk)
-        self.limiter.insert(used)
-        return Ingested(used)
-
-    def refill(self, chunks: Sequence[ExperienceChunk]) -> None:
-        for chunk in chunks:  # the limiter's counters come from the checkpoint instead
-            self.buffer.add_chunk(chunk)
-
-    def wants_data(self) -> bool:
-        return self.limiter.wants_inserts()
-
-    def ready(self) -> bool:
-        return self.buffer.size > 0 and self.limiter.can_sample(self.config.batch_size)
 
     # ----------------------------------------------------------------- learning
 

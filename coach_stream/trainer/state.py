@@ -75,3 +75,19 @@ def state_from_bytes(blob: bytes) -> TrainerState:
             f"trainer state cannot be loaded ({error}); it is damaged or from another "
             "version of coach_stream, so restore it or use a new run id."
         ) from error
+
+
+def network_state(
+    net: torch.nn.Module, optimizer: torch.optim.Optimizer, updates: int
+) -> dict[str, Any]:
+    """An actor-critic learner's part of the state: its network, optimizer and step count."""
+    return {"net": net.state_dict(), "optimizer": optimizer.state_dict(), "updates": updates}
+
+
+def load_network_state(
+    state: Mapping[str, Any], net: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> int:
+    """Restore ``network_state``'s parts in place; returns the step count."""
+    net.load_state_dict(state["net"])
+    optimizer.load_state_dict(state["optimizer"])
+    return int(state["updates"])
