@@ -24,12 +24,14 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
 from coach_stream.errors import CoachStreamError
+from coach_stream.orchestrators import LocalOrchestrator
 from coach_stream.stack import LocalStack, default_cache_dir
 from coach_stream.testing import kafka_container
 
@@ -207,3 +209,15 @@ def gcs_bucket(gcs_client: storage.Client, gcs_bucket_prefix: str) -> Iterator[s
 def unique_name() -> str:
     """A short unique suffix for topics, buckets and run ids (the broker is shared)."""
     return uuid.uuid4().hex[:12]
+
+
+@pytest.fixture
+def orchestrator(tmp_path: Path) -> Iterator[LocalOrchestrator]:
+    """A local orchestrator supervising as ``coach-stream launch`` does; every run it still
+    has at the end is stopped, so no test leaves a process behind, even when it fails."""
+    from e2e_runs import SUPERVISION
+
+    orchestrator = LocalOrchestrator(tmp_path / "state", config=SUPERVISION)
+    yield orchestrator
+    for run_id in orchestrator.runs():
+        orchestrator.stop(run_id)

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +28,7 @@ from coach_stream.orchestrators import (
     LaunchSettings,
     LocalOrchestrator,
     RunState,
-    SupervisorConfig,
     build_run_spec,
-    warm_supervisor,
 )
 from coach_stream.orchestrators.launcher import RunOutcome, follow, prepare_topics
 from coach_stream.orchestrators.progress import (
@@ -43,18 +41,6 @@ from coach_stream.orchestrators.progress import (
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 RUN_TIMEOUT_S = 900.0  # generous: CI machines are small and shared
-# As `coach-stream launch` runs them: tasks forked warm from the supervisor.
-SUPERVISION = warm_supervisor(
-    SupervisorConfig(initial_backoff_s=0.5, stop_grace_s=10.0, linger_s=10.0)
-)
-
-
-@pytest.fixture
-def orchestrator(tmp_path: Path) -> Iterator[LocalOrchestrator]:
-    orchestrator = LocalOrchestrator(tmp_path / "state", config=SUPERVISION)
-    yield orchestrator
-    for run_id in orchestrator.runs():  # never leave a process behind, even on failure
-        orchestrator.stop(run_id)
 
 
 def launch(

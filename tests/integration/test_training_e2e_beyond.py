@@ -9,40 +9,25 @@ The IMPALA test also runs SYNC PPO with the same workers and reports both wall t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from e2e_runs import first_chunk
 
-from coach_stream.codec import decode_chunk
 from coach_stream.config import load_preset
-from coach_stream.core import ExperienceChunk, TaskState
+from coach_stream.core import TaskState
 from coach_stream.orchestrators import (
     LaunchSettings,
     LocalOrchestrator,
     RunState,
-    SupervisorConfig,
     build_run_spec,
-    warm_supervisor,
 )
 from coach_stream.orchestrators.launcher import RunOutcome, follow, prepare_topics
-from coach_stream.transport.settings import RunTopics
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 RUN_TIMEOUT_S = 900.0
-SUPERVISION = warm_supervisor(
-    SupervisorConfig(initial_backoff_s=0.5, stop_grace_s=10.0, linger_s=10.0)
-)
-
-
-@pytest.fixture
-def orchestrator(tmp_path: Path) -> Iterator[LocalOrchestrator]:
-    orchestrator = LocalOrchestrator(tmp_path / "state", config=SUPERVISION)
-    yield orchestrator
-    for run_id in orchestrator.runs():  # never leave a process behind, even on failure
-        orchestrator.stop(run_id)
 
 
 def run_to_end(
@@ -99,24 +84,6 @@ def test_cartpole_impala_async_solves_and_is_timed_against_sync_ppo(
         f"policy lag mean {lag}; cartpole-ppo (SYNC, same 2 workers): {ppo.wall_s:.1f} s, "
         f"{ppo.finished['env_steps']} env steps"
     )
-
-
-def first_chunk(kafka: str, run_id: str) -> ExperienceChunk:
-    """The first record of the run's experience topic, decoded as the trainer does."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        {"bootstrap.servers": kafka, "group.id": f"peek-{run_id}", "enable.auto.commit": False}
-    )
-    try:
-        consumer.assign([TopicPartition(RunTopics.for_run(run_id).experience, 0, 0)])
-        message = consumer.poll(30.0)
-        assert message is not None and message.error() is None
-        value = message.value()
-        assert value is not None
-        return decode_chunk(value)
-    finally:
-        consumer.close()
 
 
 def test_minigrid_ppo_solves_from_uint8_frames(

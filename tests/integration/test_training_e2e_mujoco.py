@@ -8,56 +8,21 @@ presets are otherwise unchanged (SAC's 10k random steps before learning included
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from e2e_runs import first_chunk
 
-from coach_stream.codec import decode_chunk
 from coach_stream.config import load_preset
-from coach_stream.core import ExperienceChunk
 from coach_stream.orchestrators import (
     LaunchSettings,
     LocalOrchestrator,
-    SupervisorConfig,
     build_run_spec,
-    warm_supervisor,
 )
 from coach_stream.orchestrators.launcher import follow, prepare_topics
-from coach_stream.transport.settings import RunTopics
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
-
-SUPERVISION = warm_supervisor(
-    SupervisorConfig(initial_backoff_s=0.5, stop_grace_s=10.0, linger_s=10.0)
-)
-
-
-@pytest.fixture
-def orchestrator(tmp_path: Path) -> Iterator[LocalOrchestrator]:
-    orchestrator = LocalOrchestrator(tmp_path / "state", config=SUPERVISION)
-    yield orchestrator
-    for run_id in orchestrator.runs():  # never leave a process behind, even on failure
-        orchestrator.stop(run_id)
-
-
-def first_chunk(kafka: str, run_id: str) -> ExperienceChunk:
-    """The first record of the run's experience topic, decoded as the trainer does."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        {"bootstrap.servers": kafka, "group.id": f"peek-{run_id}", "enable.auto.commit": False}
-    )
-    try:
-        consumer.assign([TopicPartition(RunTopics.for_run(run_id).experience, 0, 0)])
-        message = consumer.poll(30.0)
-        assert message is not None and message.error() is None
-        value = message.value()
-        assert value is not None
-        return decode_chunk(value)
-    finally:
-        consumer.close()
 
 
 @pytest.mark.parametrize(
