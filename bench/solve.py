@@ -41,8 +41,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
+from sb3_solve import learn_until_solved
 
 from coach_stream.algorithms import builder_for
 from coach_stream.config import Preset, load_preset
@@ -63,7 +63,6 @@ from coach_stream.transport.settings import KafkaSettings, RunTopics
 from coach_stream.transport.writer import KafkaExperienceWriter
 
 TARGET = 475.0
-EVAL_EPISODES = 20
 
 
 def emit(metric: str, value: float | None, unit: str, baseline: str, base: float | None) -> None:
@@ -128,53 +127,15 @@ def sb3_model(algorithm: str, seed: int) -> Any:
     )  # fmt: skip
 
 
-def greedy_mean_return(model: Any, seed: int) -> float:
-    """One deterministic episode in each of 20 envs, as our evaluator plays them."""
-    envs = make_vector_env("CartPole-v1", EVAL_EPISODES)
-    obs, _ = envs.reset(seed=[seed + i for i in range(EVAL_EPISODES)])  # type: ignore[arg-type]
-    returns = np.zeros(EVAL_EPISODES)
-    running = np.ones(EVAL_EPISODES, dtype=bool)
-    while running.any():
-        actions, _ = model.predict(obs, deterministic=True)
-        obs, rewards, terminated, truncated, _ = envs.step(actions)
-        returns += np.where(running, rewards, 0.0)
-        running &= ~(terminated | truncated)
-    envs.close()
-    return float(returns.mean())
-
-
 def solve_sb3(
     algorithm: str, budget: int, eval_every: int, seed: int = 1
 ) -> tuple[float | None, int | None]:
-    from stable_baselines3.common.callbacks import BaseCallback
-
-    class SolveCheck(BaseCallback):
-        def __init__(self) -> None:
-            super().__init__()
-            self.next_eval, self.eval_s = eval_every, 0.0
-            self.solved_at: int | None = None
-
-        def _on_step(self) -> bool:
-            if self.num_timesteps < self.next_eval:
-                return True
-            self.next_eval += eval_every
-            began = time.perf_counter()
-            mean = greedy_mean_return(self.model, seed=10_000 + self.num_timesteps)
-            self.eval_s += time.perf_counter() - began
-            if mean >= TARGET:
-                self.solved_at = self.num_timesteps
-                return False
-            return True
-
-    started = time.perf_counter()
-    model = sb3_model(algorithm, seed)
-    check = SolveCheck()
-    model.learn(total_timesteps=budget, callback=check)
-    wall = time.perf_counter() - started - check.eval_s
-    if check.solved_at is None:
+    wall, steps = learn_until_solved(
+        sb3_model(algorithm, seed), budget, eval_every, TARGET, "CartPole-v1"
+    )
+    if wall is None:
         print(f"# sb3 {algorithm}: not solved in {budget} steps", file=sys.stderr)
-        return None, None
-    return wall, int(check.solved_at)
+    return wall, steps
 
 
 # --------------------------------------------------------------------------- rollout overhead

@@ -32,14 +32,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sb3_solve import learn_until_solved
 from solve import _median, emit, solve_ours
 
 from coach_stream.config import load_preset
-from coach_stream.envs import make_vector_env
 from coach_stream.orchestrators import (
     LaunchSettings,
     LocalOrchestrator,
@@ -50,7 +49,6 @@ from coach_stream.orchestrators import (
 from coach_stream.orchestrators.launcher import follow, prepare_topics
 
 PRESET = "minigrid-ppo"
-EVAL_EPISODES = 20
 QUICK_STEPS = 16_384
 
 
@@ -87,52 +85,19 @@ def sb3_model(seed: int) -> Any:
     )  # fmt: skip
 
 
-def greedy_mean_return(model: Any, seed: int) -> float:
-    preset = load_preset(PRESET)
-    envs = make_vector_env(preset.env_id, EVAL_EPISODES, preset.env_wrappers)
-    obs, _ = envs.reset(seed=[seed + i for i in range(EVAL_EPISODES)])  # type: ignore[arg-type]
-    returns, running = np.zeros(EVAL_EPISODES), np.ones(EVAL_EPISODES, dtype=bool)
-    while running.any():
-        actions, _ = model.predict(obs, deterministic=True)
-        obs, rewards, terminated, truncated, _ = envs.step(actions)
-        returns += np.where(running, rewards, 0.0)
-        running &= ~(terminated | truncated)
-    envs.close()
-    return float(returns.mean())
-
-
 def solve_sb3(seed: int) -> tuple[float | None, int | None]:
-    from stable_baselines3.common.callbacks import BaseCallback
-
     preset = load_preset(PRESET)
-    every = 16 * preset.ppo_config.num_steps
-
-    class SolveCheck(BaseCallback):
-        def __init__(self) -> None:
-            super().__init__()
-            self.next_eval, self.eval_s = every, 0.0
-            self.solved_at: int | None = None
-
-        def _on_step(self) -> bool:
-            if self.num_timesteps < self.next_eval:
-                return True
-            self.next_eval += every
-            began = time.perf_counter()
-            mean = greedy_mean_return(self.model, seed=10_000 + self.num_timesteps)
-            self.eval_s += time.perf_counter() - began
-            if mean >= preset.target_return:
-                self.solved_at = self.num_timesteps
-                return False
-            return True
-
-    started = time.perf_counter()
-    model = sb3_model(seed)
-    check = SolveCheck()
-    model.learn(total_timesteps=preset.env_step_budget, callback=check)
-    if check.solved_at is None:
+    wall, steps = learn_until_solved(
+        sb3_model(seed),
+        preset.env_step_budget,
+        16 * preset.ppo_config.num_steps,
+        preset.target_return,
+        preset.env_id,
+        preset.env_wrappers,
+    )
+    if wall is None:
         print(f"# sb3: not solved in {preset.env_step_budget} steps", file=sys.stderr)
-        return None, None
-    return time.perf_counter() - started - check.eval_s, int(check.solved_at)
+    return wall, steps
 
 
 def throughput_ours(kafka: str, workers: int, state: Path) -> float:
