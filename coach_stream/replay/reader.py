@@ -54,6 +54,9 @@ _CONSUME_BYTES = 32 * 1024 * 1024  # ...but not more bytes than this per call
 # librdkafka prefetches up to this much per consumer; bounded so that replaying a topic far
 # larger than RAM keeps a flat footprint (the trainer's reader allows 256 MiB).
 _PREFETCH_KB = 65_536
+# A stored range needs no long poll: with the trainer's 50 ms, the fetch still parked at the
+# broker for the partition just finished held up the next partition's first fetch by 50 ms.
+_FETCH_WAIT_MS = 5
 
 
 @dataclass(frozen=True)
@@ -287,7 +290,11 @@ class ReplayReader(ClosingContext):
         consumer = clients.consumer(
             self.settings,
             group,
-            **{"enable.partition.eof": True, "queued.max.messages.kbytes": _PREFETCH_KB},
+            **{
+                "enable.partition.eof": True,
+                "queued.max.messages.kbytes": _PREFETCH_KB,
+                "fetch.wait.max.ms": _FETCH_WAIT_MS,
+            },
         )
         try:
             self.spans = self._resolve(consumer)
@@ -374,7 +381,10 @@ class ReplayReader(ClosingContext):
             consumer.assign([TopicPartition(self.topic, span.partition, span.start)])
             next_offset, last_progress = span.start, time.monotonic()
             while next_offset < span.end:
-                batch = consumer.consume(self._consume_count, 0.05)
+                # never more than the range still holds: consume() returns once it has that
+                # many, instead of waiting out its timeout for records past the range's end
+                wanted = min(self._consume_count, span.end - next_offset)
+                batch = consumer.consume(wanted, 0.05)
                 kept: list[Message] = []
                 for message in batch:
                     error = message.error()
