@@ -170,10 +170,17 @@ class RolloutProcess:
         events: EventSink,
     ) -> RunFinished:
         """Act and write experience to the run's experience topic."""
-        # frames compress (image presets set rollout.compression); float observations do not
-        kafka = self.kafka.model_copy(update={"compression": self.config.rollout.compression})
+        kafka = experience_producer_settings(self.kafka, self.config)
         with KafkaExperienceWriter(kafka, self.topics.experience) as writer:
             return RolloutWorker(envs, actor, writer, source, settings, seeds, events).run()
+
+
+def experience_producer_settings(kafka: KafkaSettings, preset: Preset) -> KafkaSettings:
+    """The run's Kafka settings with the preset's experience compression.
+
+    Frames compress (image presets set ``rollout.compression``); float observations do not.
+    """
+    return kafka.model_copy(update={"compression": preset.rollout.compression})
 
 
 def register(app: typer.Typer) -> None:

@@ -146,9 +146,9 @@ def build_batch(
         raise ValueError("PPO batch chunks need behaviour log-probs (ingest keeps only those)")
     joined = segments(chunks)
     chunks = [chunk for segment in joined for chunk in segment]
-    obs = torch.from_numpy(
-        np.concatenate([ch.observations for ch in chunks]).astype(np.float32, copy=False)
-    )
+    # in the env's dtype: frames stay uint8 (a quarter of float32) until the network scales
+    # them on the trainer's device; MLPs take float32 as they are
+    obs = torch.from_numpy(np.concatenate([ch.observations for ch in chunks]))
     lengths = np.array([ch.num_steps for ch in chunks])
     rows_end = np.cumsum(lengths + 1)  # each chunk contributes T+1 observation rows
     is_bootstrap = np.zeros(len(obs), dtype=np.bool_)

@@ -204,3 +204,17 @@ def test_a_next_chunk_whose_first_row_is_not_the_bootstrap_row_is_not_joined() -
         [first, dataclasses.replace(second, observations=moved)], _value_fn, 0.9, 0.8
     )
     assert batch.joins == 0
+
+
+def test_frames_stay_uint8_in_the_batch() -> None:
+    # the network scales frames on the trainer's device; a float32 copy here is 4x the bytes
+    chunk = make_chunk(4, obs_shape=(7, 7, 3), obs_dtype="uint8")
+    seen: list[torch.dtype] = []
+
+    def value_fn(obs: torch.Tensor) -> torch.Tensor:
+        seen.append(obs.dtype)
+        return torch.zeros(len(obs))
+
+    batch = build_batch([chunk], value_fn, gamma=0.99, lam=0.95)
+    assert seen == [torch.uint8]
+    assert batch.observations.dtype == torch.uint8 and batch.observations.shape == (4, 7, 7, 3)
