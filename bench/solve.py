@@ -1,5 +1,5 @@
-"""Time to solve CartPole-v1: our distributed PPO/DQN launches vs Stable-Baselines3, and the
-cost of producing experience in a rollout worker.
+"""Time to solve CartPole-v1 (PPO, DQN) and Pendulum-v1 (SAC): our distributed launches vs
+Stable-Baselines3, and the cost of producing experience in a rollout worker.
 
 Figures (one JSON line each, baseline measured in the same run, on the same machine):
 
@@ -8,13 +8,18 @@ Figures (one JSON line each, baseline measured in the same run, on the same mach
   line with reason ``target_reached``, vs SB3 PPO/DQN with rl-zoo hyperparameters in
   one process, its clock started at model construction;
 * ``cartpole_{ppo,dqn}_env_steps_to_475``: env steps consumed by then;
+* ``pendulum_sac_{wall_s,env_steps}_to_-200`` (``--algorithms sac``, not in the default
+  set): the same for the ``pendulum-sac`` preset (ASYNC) vs SB3 SAC with rl-zoo's
+  Pendulum-v1 settings, matched to the preset where they correspond (64x64 ReLU nets,
+  buffer 100k, learning_starts 1000);
 * ``rollout_env_steps_per_s_producing``: a rollout worker's acting loop with the Kafka
   writer vs the same loop with a writer that discards (ratio = producing / discarding;
   the target is >= 0.9, i.e. producing costs <= 10 %); ``..._per_cpu_s_...`` is the same
   per CPU second of the process (producer threads included), which other processes on a
   shared machine cannot distort.
 
-Solved means the same for both sides: mean return >= 475 over 20 greedy episodes. SB3 is
+Solved means the same for both sides: mean return >= the preset's ``target_return`` (475
+on CartPole, -200 on Pendulum) over 20 greedy episodes. SB3 is
 evaluated every ``--eval-every`` env steps (default 256: after every rollout / training
 round, i.e. every time its policy changes, as our evaluator checks every new version)
 with 20 deterministic episodes, and the time spent evaluating is taken off its clock
@@ -62,7 +67,8 @@ from coach_stream.transport.admin import ensure_run_topics
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 from coach_stream.transport.writer import KafkaExperienceWriter
 
-TARGET = 475.0
+SOLVES = {"ppo": "cartpole-ppo", "dqn": "cartpole-dqn", "sac": "pendulum-sac"}
+"""The preset each ``--algorithms`` name launches; its env, target and budget hold for SB3."""
 
 
 def emit(metric: str, value: float | None, unit: str, baseline: str, base: float | None) -> None:
@@ -106,10 +112,26 @@ def _linear(start: float) -> Callable[[float], float]:
     return lambda progress_remaining: progress_remaining * start
 
 
-def sb3_model(algorithm: str, seed: int) -> Any:
-    """SB3 with rl-zoo's CartPole-v1 hyperparameters (rl-baselines3-zoo hyperparams/*.yml)."""
-    from stable_baselines3 import DQN, PPO
+def sb3_model(algorithm: str, seed: int, preset: Preset) -> Any:
+    """SB3 with rl-zoo's hyperparameters for the preset's env (rl-baselines3-zoo
+    hyperparams/*.yml); SAC's are matched to the preset where rl-zoo leaves SB3's defaults."""
+    from stable_baselines3 import DQN, PPO, SAC
     from stable_baselines3.common.env_util import make_vec_env
+
+    if algorithm == "sac":  # rl-zoo Pendulum-v1: lr 1e-3, the rest SB3's defaults
+        sac = preset.sac
+        if sac.policy_lr != sac.q_lr:
+            raise ValueError(f"{preset.name}: SB3 SAC has one learning rate; set policy_lr "
+                             "and q_lr alike to compare it.")  # fmt: skip
+        return SAC(
+            "MlpPolicy", make_vec_env(preset.env_id, n_envs=1, seed=seed),
+            learning_rate=sac.policy_lr, buffer_size=sac.buffer_size,
+            batch_size=sac.batch_size, learning_starts=sac.learning_starts, gamma=sac.gamma,
+            tau=sac.tau, train_freq=1, gradient_steps=1, ent_coef="auto",
+            policy_kwargs={"net_arch": list(preset.network.hidden_sizes),
+                           "activation_fn": torch.nn.ReLU},
+            seed=seed, verbose=0, device="cpu",
+        )  # fmt: skip
 
     if algorithm == "ppo":
         return PPO(
@@ -128,11 +150,13 @@ def sb3_model(algorithm: str, seed: int) -> Any:
 
 
 def solve_sb3(
-    algorithm: str, budget: int, eval_every: int, seed: int = 1
+    algorithm: str, preset: Preset, eval_every: int, seed: int = 1
 ) -> tuple[float | None, int | None]:
+    budget = preset.env_step_budget
     wall, steps = learn_until_solved(
-        sb3_model(algorithm, seed), budget, eval_every, TARGET, "CartPole-v1"
-    )
+        sb3_model(algorithm, seed, preset), budget, eval_every, preset.target_return,
+        preset.env_id,
+    )  # fmt: skip
     if wall is None:
         print(f"# sb3 {algorithm}: not solved in {budget} steps", file=sys.stderr)
     return wall, steps
@@ -245,9 +269,14 @@ def main() -> int:
     parser.add_argument(
         "--eval-every", type=int, default=256, help="SB3 eval period in env steps (one round)."
     )
-    parser.add_argument("--algorithms", default="ppo,dqn")
+    parser.add_argument(
+        "--algorithms", default="ppo,dqn", help=f"Comma-separated, of {', '.join(SOLVES)}."
+    )
     parser.add_argument("--repeats", type=int, default=3, help="Runs per side (median).")
     args = parser.parse_args()
+    algorithms = args.algorithms.split(",")
+    if unknown := [a for a in algorithms if a not in SOLVES]:
+        parser.error(f"unknown algorithm(s) {unknown}: choose from {', '.join(SOLVES)}")
     kafka = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if not kafka:
         sys.exit("KAFKA_BOOTSTRAP_SERVERS is not set: start the stack (coach-stream stack up) "
@@ -265,8 +294,8 @@ def main() -> int:
         return 0
 
     with tempfile.TemporaryDirectory(prefix="bench-solve-") as tmp:
-        for algorithm in args.algorithms.split(","):
-            preset = load_preset(f"cartpole-{algorithm}")
+        for algorithm in algorithms:
+            preset = load_preset(SOLVES[algorithm])
             ours: list[tuple[float | None, int | None]] = []
             sb3: list[tuple[float | None, int | None]] = []
             for repeat in range(args.repeats):  # alternate, so load drift hits both alike
@@ -274,16 +303,16 @@ def main() -> int:
                     solve_ours(preset.name, kafka, args.workers, Path(tmp), seed=1 + repeat)
                 )
                 torch.set_num_threads(os.cpu_count() or 1)  # SB3 gets every core: its default
-                sb3.append(
-                    solve_sb3(algorithm, preset.env_step_budget, args.eval_every, seed=1 + repeat)
-                )
+                sb3.append(solve_sb3(algorithm, preset, args.eval_every, seed=1 + repeat))
                 torch.set_num_threads(1)
                 print(f"# {algorithm} repeat {repeat}: ours {ours[-1]} sb3 {sb3[-1]}",
                       file=sys.stderr)  # fmt: skip
             baseline = f"sb3_{algorithm}_rlzoo_1proc"
-            emit(f"cartpole_{algorithm}_wall_s_to_475", _median(ours, 0), "s", baseline,
+            env = preset.env_id.split("-")[0].lower()  # "cartpole", "pendulum"
+            to = f"to_{preset.target_return:g}"  # "to_475", "to_-200"
+            emit(f"{env}_{algorithm}_wall_s_{to}", _median(ours, 0), "s", baseline,
                  _median(sb3, 0))  # fmt: skip
-            emit(f"cartpole_{algorithm}_env_steps_to_475", _median(ours, 1), "env_steps",
+            emit(f"{env}_{algorithm}_env_steps_{to}", _median(ours, 1), "env_steps",
                  baseline, _median(sb3, 1))  # fmt: skip
     return 0
 
