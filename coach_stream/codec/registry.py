@@ -81,6 +81,14 @@ def _expand(
             ns = full.rsplit(".", 1)[0] if "." in full else ns
             out = dict(node)
             if kind in ("record", "error"):
+                fields = node.get("fields")
+                if not isinstance(fields, list) or not all(
+                    isinstance(f, dict) and "type" in f for f in fields
+                ):
+                    raise ConfigError(
+                        f"Schema record {full!r} needs 'fields' as a list of objects with a "
+                        "'type' each; fix the schema file."
+                    )
                 out["fields"] = [
                     {**field, "type": _expand(field["type"], ns, library, defined)}
                     for field in node["fields"]

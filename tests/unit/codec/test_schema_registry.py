@@ -138,6 +138,8 @@ def test_a_reference_to_an_undefined_type_names_the_file_to_add(tmp_path: Path) 
             r"defines geo\.Other; name the file",
         ),
         ("Thing.v1.avsc", json.dumps(BAD_FIXED), "is not valid Avro"),
+        ("Point.v1.avsc", json.dumps({**POINT, "fields": "x"}), r"'geo\.Point' needs 'fields'"),
+        ("Point.v1.avsc", json.dumps({**POINT, "fields": ["x"]}), "a 'type' each"),
     ],
 )
 def test_a_bad_schema_file_is_one_config_error_naming_it(
