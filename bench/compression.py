@@ -23,11 +23,11 @@ Usage: ``python bench/compression.py [--quick]`` (no services needed; ``--quick`
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import jsonl
 import lz4.frame
 import numpy as np
 import zstandard
@@ -107,20 +107,7 @@ def measure(codec: Codec, records: list[bytes], repeats: int) -> tuple[float, fl
 
 
 def emit(metric: str, value: float, unit: str, baseline: str, base: float) -> None:
-    print(
-        json.dumps(
-            {
-                "bench": "compression",
-                "metric": metric,
-                "value": round(value, 3),
-                "unit": unit,
-                "baseline": baseline,
-                "baseline_value": round(base, 3),
-                "ratio": round(value / base, 4) if base else None,
-            }
-        ),
-        flush=True,
-    )
+    jsonl.emit("compression", metric, value, unit, baseline, base)
 
 
 def main() -> int:

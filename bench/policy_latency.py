@@ -45,6 +45,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+import jsonl
+
 COACH_POLL_INTERVAL_S = 10.0
 BASELINE = "coach_poll_checkpoint_file_10s"
 
@@ -288,20 +290,7 @@ def delete_bucket(emulator: str | None, name: str) -> None:
 
 
 def emit(metric: str, value: float, baseline_value: float, unit: str = "ms") -> None:
-    print(
-        json.dumps(
-            {
-                "bench": "policy_latency",
-                "metric": metric,
-                "value": round(value, 2),
-                "unit": unit,
-                "baseline": BASELINE,
-                "baseline_value": round(baseline_value, 2),
-                "ratio": round(value / baseline_value, 4) if baseline_value else None,
-            }
-        ),
-        flush=True,
-    )
+    jsonl.emit("policy_latency", metric, value, unit, BASELINE, baseline_value, digits=2)
 
 
 def main() -> int:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import os
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import fastavro
+import jsonl
 import numpy as np
 import pyarrow.parquet as pq
 
@@ -52,21 +52,9 @@ PARTITIONS = 4
 
 
 def line(metric: str, value: float, unit: str, baseline_value: float | None, **extra: Any) -> None:
-    ratio = None if not baseline_value else round(value / baseline_value, 2)
-    print(
-        json.dumps(
-            {
-                "bench": "replay",
-                "metric": metric,
-                "value": round(value, 1),
-                "unit": unit,
-                "baseline": extra.pop("baseline", BASELINE),
-                "baseline_value": None if baseline_value is None else round(baseline_value, 1),
-                "ratio": ratio,
-                **extra,
-            }
-        ),
-        flush=True,
+    baseline = extra.pop("baseline", BASELINE)
+    jsonl.emit(
+        "replay", metric, value, unit, baseline, baseline_value, digits=1, ratio_digits=2, **extra
     )
 
 

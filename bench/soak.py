@@ -40,6 +40,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import jsonl
 from confluent_kafka import TopicPartition
 
 from coach_stream.config import load_preset
@@ -60,15 +61,15 @@ UNREACHABLE = ("env_step_budget=1000000000000", "target_return=1000000000.0")
 """Overrides that keep any preset training until stopped."""
 
 
-def emit(metric: str, value: float | None, unit: str, baseline: str | None,
-         base: float | None, **extra: Any) -> None:  # fmt: skip
-    ratio = None if value is None or not base else round(value / base, 3)
-    print(json.dumps({
-        "bench": "soak", "metric": metric,
-        "value": None if value is None else round(value, 3), "unit": unit,
-        "baseline": baseline, "baseline_value": None if base is None else round(base, 3),
-        "ratio": ratio, **extra,
-    }), flush=True)  # fmt: skip
+def emit(
+    metric: str,
+    value: float | None,
+    unit: str,
+    baseline: str | None,
+    base: float | None,
+    **extra: Any,
+) -> None:
+    jsonl.emit("soak", metric, value, unit, baseline, base, ratio_digits=3, **extra)
 
 
 # --------------------------------------------------------------------------- probes

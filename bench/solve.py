@@ -34,7 +34,6 @@ Usage (stack up): ``KAFKA_BOOTSTRAP_SERVERS=host:port python bench/solve.py [--q
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -46,6 +45,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import jsonl
 import torch
 from sb3_solve import learn_until_solved
 
@@ -72,13 +72,7 @@ SOLVES = {"ppo": "cartpole-ppo", "dqn": "cartpole-dqn", "sac": "pendulum-sac"}
 
 
 def emit(metric: str, value: float | None, unit: str, baseline: str, base: float | None) -> None:
-    ratio = None if value is None or not base else round(value / base, 3)
-    print(json.dumps({
-        "bench": "solve", "metric": metric,
-        "value": None if value is None else round(value, 3), "unit": unit,
-        "baseline": baseline, "baseline_value": None if base is None else round(base, 3),
-        "ratio": ratio,
-    }), flush=True)  # fmt: skip
+    jsonl.emit("solve", metric, value, unit, baseline, base, ratio_digits=3)
 
 
 # --------------------------------------------------------------------------- ours

@@ -19,7 +19,6 @@ Observations are random (incompressible), the worst case for compression.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import pickle
@@ -33,6 +32,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+import jsonl
 import numpy as np
 
 from coach_stream.codec import decode_chunk, encode_chunk
@@ -140,21 +140,7 @@ def make_transitions(w: Workload, count: int) -> list[Transition]:
 
 
 def line(metric: str, value: float, unit: str, baseline_value: float | None) -> None:
-    ratio = None if not baseline_value else round(value / baseline_value, 2)
-    print(
-        json.dumps(
-            {
-                "bench": "transport",
-                "metric": metric,
-                "value": round(value, 1),
-                "unit": unit,
-                "baseline": BASELINE,
-                "baseline_value": None if baseline_value is None else round(baseline_value, 1),
-                "ratio": ratio,
-            }
-        ),
-        flush=True,
-    )
+    jsonl.emit("transport", metric, value, unit, BASELINE, baseline_value, digits=1, ratio_digits=2)
 
 
 def codec_figures(w: Workload, seconds: float) -> dict[str, float]:
