@@ -9,8 +9,10 @@ run the launch against a real cluster at ``NOMAD_ADDR`` (skipped when it is not 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -125,6 +127,7 @@ def test_status_logs_kill9_scale_and_stop_purge_while_it_trains(
     )  # fmt: skip
     assert started.returncode == 0, started.stderr[-3000:]
     assert started.stdout.strip() == run_id
+    trainer: subprocess.Popen[bytes] | None = None
     try:
         # status answers while it runs (no --orchestrator: NOMAD_ADDR and no local run).
         status = cli(env, "status", run_id, "--json", "--state-dir", str(tmp_path))
@@ -142,6 +145,13 @@ def test_status_logs_kill9_scale_and_stop_purge_while_it_trains(
         logs = cli(env, "logs", run_id, "--task", "rollout-1", "--state-dir", str(tmp_path))
         assert logs.returncode == 0, logs.stderr
         assert '"task": "rollout-1"' in logs.stdout and '"event": "progress"' in logs.stdout
+
+        # The trainer is held (SIGSTOP) while a worker is killed and one is added: CartPole
+        # PPO can solve in seconds, and a run that ended meanwhile would leave nothing to
+        # restart and no share for a new worker. The workers have their policy already.
+        trainer = nomad_double.allocation(the_job, "trainer", 0).tasks["trainer"].process
+        assert trainer is not None
+        os.killpg(trainer.pid, signal.SIGSTOP)  # its own process group, as Nomad starts it
 
         # kill -9 of rollout-1: the double's restart policy starts it again, in place.
         killed = nomad_double.kill_task(rollout_1.id, "rollout")
@@ -162,13 +172,17 @@ def test_status_logs_kill9_scale_and_stop_purge_while_it_trains(
         assert "rollout-2" in scaled.stdout
         assert worker_experience(kafka_bootstrap, run_id, 2, RUN_TIMEOUT_S).startswith(b"2/")
 
-        # ...and the run still solves.
+        # ...and, the trainer let go, the run still solves.
+        os.killpg(trainer.pid, signal.SIGCONT)
         finished = telemetry_until(
             kafka_bootstrap, run_id, lambda t, e: t == "trainer" and e["event"] == "finished",
             RUN_TIMEOUT_S,
         )  # fmt: skip
         assert finished["reason"] == "target_reached"
     finally:
+        if trainer is not None:
+            with contextlib.suppress(ProcessLookupError):  # a stopped one ignores SIGTERM
+                os.killpg(trainer.pid, signal.SIGCONT)
         stopped = cli(env, "stop", run_id, "--purge", "--state-dir", str(tmp_path))
     assert stopped.returncode == 0, stopped.stderr
     assert the_job not in nomad_double.jobs
