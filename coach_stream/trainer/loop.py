@@ -54,6 +54,7 @@ from coach_stream.errors import (
     IntegrityError,
     ResumeError,
 )
+from coach_stream.trainer.ledger import ChunkLedger
 from coach_stream.trainer.state import TrainerState, state_from_bytes, state_to_bytes
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,7 @@ class Trainer:
         self.env_steps = 0
         self.dropped_stale = 0
         self.dropped_stale_steps = 0
+        self.ledger = ChunkLedger()
         self.resumed_from: int | None = None
         self.finished: RunFinished | None = None
         self.last_policy: PolicyVersion | None = None
@@ -204,6 +206,7 @@ class Trainer:
     def _consume(self, chunks: Sequence[ExperienceChunk]) -> None:
         if not chunks:
             return
+        self.ledger.record(chunks)
         ingested = self.learner.ingest(chunks, self.version)
         self.dropped_stale += ingested.stale_chunks
         self.dropped_stale_steps += ingested.stale_steps
@@ -268,11 +271,13 @@ class Trainer:
             counters={
                 "dropped_stale": self.dropped_stale,
                 "dropped_stale_steps": self.dropped_stale_steps,
+                **self.ledger.counters(),
             },
             learner=self.learner.state_dict(),
             torch_rng=torch.get_rng_state(),
             generator_rng=self.generator.get_state(),
             eval_returns=list(self._eval_returns),
+            last_chunk_seqs=dict(self.ledger.last_seqs),
         )
 
     def _newest_state(self) -> TrainerState | None:
@@ -315,6 +320,7 @@ class Trainer:
         self.env_steps = state.env_steps
         self.dropped_stale = state.counters.get("dropped_stale", 0)
         self.dropped_stale_steps = state.counters.get("dropped_stale_steps", 0)
+        self.ledger.restore(state.last_chunk_seqs, state.counters)
         if not self._eval_returns:  # the control topic, when readable, is the full record
             self._eval_returns.extend(state.eval_returns)
         self.resumed_from = state.version
@@ -390,6 +396,7 @@ class Trainer:
                 "updates": self.learner.updates,
                 "wall_s": self.clock() - self._started,
                 "eval_mean_return": sum(returns) / len(returns) if returns else None,
+                **self.ledger.counters(),
             },
         )
 
@@ -417,6 +424,8 @@ class Trainer:
             "rollout/dropped_stale": self.dropped_stale,
             "rollout/dropped_stale_steps": self.dropped_stale_steps,
             "rollout/dead_lettered": self.reader.dead_lettered,  # records unfit to train on
+            "rollout/duplicate_chunks": self.ledger.duplicates,  # 0, or experience read twice
+            "rollout/chunk_gaps": self.ledger.gaps,  # 0, or experience missing from the log
             "rollout/mean_return": sum(trains) / len(trains) if trains else None,
             "eval/mean_return": sum(evals) / len(evals) if evals else None,
             **{f"train/{name}": value for name, value in self._metrics.items()},

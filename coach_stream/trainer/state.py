@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -34,6 +34,8 @@ class TrainerState:
     torch_rng: torch.Tensor
     generator_rng: torch.Tensor
     eval_returns: list[float]
+    last_chunk_seqs: dict[str, int] = field(default_factory=dict)
+    """The chunk ledger (``trainer.ledger``) at ``positions``; empty in older states."""
 
 
 def state_to_bytes(state: TrainerState) -> bytes:
@@ -49,6 +51,7 @@ def state_to_bytes(state: TrainerState) -> bytes:
             "torch_rng": state.torch_rng,
             "generator_rng": state.generator_rng,
             "eval_returns": list(state.eval_returns),
+            "last_chunk_seqs": dict(state.last_chunk_seqs),
         },
         buffer,
     )
@@ -69,6 +72,7 @@ def state_from_bytes(blob: bytes) -> TrainerState:
             torch_rng=raw["torch_rng"],
             generator_rng=raw["generator_rng"],
             eval_returns=[float(r) for r in raw["eval_returns"]],
+            last_chunk_seqs={str(k): int(v) for k, v in raw.get("last_chunk_seqs", {}).items()},
         )
     except Exception as error:
         raise IntegrityError(
