@@ -171,6 +171,9 @@ class _DiscardingWriter:
     def next_chunk_seqs(self, worker_id: int, num_envs: int) -> list[int]:
         return [0] * num_envs
 
+    def acknowledged(self) -> dict[str, int]:
+        return {}
+
     def close(self) -> None:
         pass
 

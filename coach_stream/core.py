@@ -256,6 +256,11 @@ class ExperienceWriter(_Closeable, Protocol):
         (worker_id, env_index) across restarts.
         """
 
+    def acknowledged(self) -> Mapping[str, int]:
+        """Per chunk key (``"<worker_id>/<env_index>"``): the last ``chunk_seq`` the log has
+        acknowledged. Reported in the worker's progress, so "nothing acknowledged was lost"
+        can be checked against the log (the fault drills do)."""
+
 
 class ExperienceReader(_Closeable, Protocol):
     """The read side: yields decoded chunks, and can save and restore its place."""

@@ -245,6 +245,7 @@ class RolloutWorker:
             "extra_shares": self.extra_shares,
             "rejected_versions": self.rejected_versions,
             "paced_waits": self.paced_waits,
+            "acked_chunk_seqs": dict(self.writer.acknowledged()),
         }
         self.events("progress", fields)
         self._last_log = (now, self.env_steps)

@@ -51,6 +51,10 @@ class MemoryExperienceWriter(_Context):
     def flush(self, timeout: float | None = None) -> None:
         return None
 
+    def acknowledged(self) -> Mapping[str, int]:
+        """Everything appended is acknowledged: the last chunk_seq of each key in the log."""
+        return {chunk.key: chunk.chunk_seq for chunk in self.log.chunks}
+
     def next_chunk_seqs(self, worker_id: int, num_envs: int) -> list[int]:
         seqs = [0] * num_envs
         for chunk in self.log.chunks:  # in log order: the last one of each env wins

@@ -15,9 +15,10 @@ dead-letter copies and the control publisher are all built on it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
@@ -95,16 +96,26 @@ class KafkaRecordProducer:
                 "and that the topic exists (`coach-stream launch` creates a run's topics)."
             )
 
-    def produce(self, key: bytes | None, value: bytes, headers: Headers | None = None) -> None:
-        """Queue one record; waits (serving delivery reports) while the local queue is full."""
+    def produce(
+        self,
+        key: bytes | None,
+        value: bytes,
+        headers: Headers | None = None,
+        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+    ) -> None:
+        """Queue one record; waits (serving delivery reports) while the local queue is full.
+
+        ``on_delivery`` replaces the default delivery report and must call it itself.
+        """
         self._raise_failures()
         producer = self._client()
         deadline: float | None = None
         while True:
             try:
                 producer.produce(
-                    self.topic, value, key, headers=headers, on_delivery=self._on_delivery
-                )
+                    self.topic, value, key, headers=headers,
+                    on_delivery=on_delivery or self._on_delivery,
+                )  # fmt: skip
                 break
             except BufferError as exc:
                 now = time.monotonic()
@@ -185,9 +196,22 @@ class KafkaExperienceWriter(KafkaRecordProducer):
     ) -> None:
         super().__init__(settings, topic)
         self._encode = encode
+        self._acknowledged: dict[str, int] = {}
 
     def write(self, chunk: ExperienceChunk) -> None:
-        self.produce(chunk.key.encode(), self._encode(chunk))
+        key = chunk.key
+        report = functools.partial(self._on_chunk_delivery, key, chunk.chunk_seq)
+        self.produce(key.encode(), self._encode(chunk), on_delivery=report)
+
+    def _on_chunk_delivery(
+        self, key: str, seq: int, error: KafkaError | None, message: Message
+    ) -> None:
+        self._on_delivery(error, message)
+        if error is None:  # one key's records are acknowledged in order (idempotence)
+            self._acknowledged[key] = max(seq, self._acknowledged.get(key, -1))
+
+    def acknowledged(self) -> Mapping[str, int]:
+        return dict(self._acknowledged)
 
     def next_chunk_seqs(self, worker_id: int, num_envs: int) -> list[int]:
         """One past each env's last ``chunk_seq`` in the topic: read back from its tail."""

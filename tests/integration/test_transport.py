@@ -466,3 +466,20 @@ def test_keys_land_on_the_partition_the_tail_search_computes(
         consumer.close()
     assert landed == {key: tail.partition_for(key, PARTITIONS) for key in keys}
     assert len(set(landed.values())) == PARTITIONS  # the test would notice a constant
+
+
+def test_the_writer_reports_the_last_acknowledged_chunk_seq_of_each_key(
+    settings: KafkaSettings, topics: RunTopics
+) -> None:
+    with KafkaExperienceWriter(settings, topics.experience) as writer:
+        assert writer.acknowledged() == {}
+        for seq in range(5):
+            for env in range(3):
+                writer.write(chunk(4, env, seq, 6))
+        writer.flush(30.0)
+        assert writer.acknowledged() == {"4/0": 4, "4/1": 4, "4/2": 4}
+        assert writer.stats.delivered == 15
+    received, _ = read_all(settings, topics)
+    assert {(c.key, c.chunk_seq) for c in received} == {
+        (f"4/{env}", seq) for env in range(3) for seq in range(5)
+    }

@@ -26,6 +26,9 @@ class _CountingWriter:
         self.written_before_flush.append(self.written)
         self.inner.flush(timeout)
 
+    def acknowledged(self) -> Any:
+        return self.inner.acknowledged()
+
 
 def test_sync_worker_flushes_each_share_before_waiting(in_process_run: Any) -> None:
     run = in_process_run(load_preset("cartpole-ppo"), workers=1, evaluator=False)
