@@ -42,6 +42,14 @@ log = logging.getLogger(__name__)
 _WAIT_SLICE_S = 0.5  # wait_for polls in slices so RunFinished and timeouts are noticed
 
 _Outcome = LoadedPolicy | CheckpointError  # what one fetch attempt produced
+_Announcement = tuple[int, str, str]
+"""(version, uri, sha256): what is tried and refused. Not the version alone: anyone who can
+write to the control topic could otherwise announce a bad "v+1" first and make every
+worker refuse the trainer's real v+1 (the fault drills' forged PolicyVersion)."""
+
+
+def _identity(message: PolicyVersion) -> _Announcement:
+    return (message.version, message.uri, message.sha256)
 
 
 class CheckpointPolicySource(ClosingContext):
@@ -65,10 +73,11 @@ class CheckpointPolicySource(ClosingContext):
         self._loader = loader
         self._clock = clock
         self._current: LoadedPolicy | None = None
-        self._announced: dict[int, PolicyVersion] = {}  # newer than current, not rejected
+        self._announced: dict[_Announcement, PolicyVersion] = {}  # newer than current
         self._latest_announced: PolicyVersion | None = None
-        self._rejected: dict[int, str] = {}
-        self._retry_at: dict[int, float] = {}
+        self._rejected: dict[int, str] = {}  # by version, for reports
+        self._refused: set[_Announcement] = set()
+        self._retry_at: dict[_Announcement, float] = {}
         self._finished: RunFinished | None = None
         self._evaluations: list[EvaluationReport] = []
         self._background = background
@@ -166,16 +175,17 @@ class CheckpointPolicySource(ClosingContext):
         if self._latest_announced is None or message.version > self._latest_announced.version:
             self._latest_announced = message
         current = self._current.version.version if self._current is not None else -1
-        if message.version > current and message.version not in self._rejected:
-            self._announced[message.version] = message
+        identity = _identity(message)
+        if message.version > current and identity not in self._refused:
+            self._announced[identity] = message
 
     def _candidates(self) -> list[PolicyVersion]:
         """Announced versions worth trying now, newest first."""
         now = self._clock()
         return [
-            self._announced[v]
-            for v in sorted(self._announced, reverse=True)
-            if self._retry_at.get(v, 0.0) <= now
+            self._announced[identity]
+            for identity in sorted(self._announced, key=lambda i: i[0], reverse=True)
+            if self._retry_at.get(identity, 0.0) <= now
         ]
 
     def _load_newest(self) -> None:
@@ -222,16 +232,20 @@ class CheckpointPolicySource(ClosingContext):
     def _settle(self, message: PolicyVersion, outcome: _Outcome) -> bool:
         """Record an attempt's outcome; True if it became the current policy."""
         keeping = self._current.version.version if self._current is not None else None
+        identity = _identity(message)
         if isinstance(outcome, LoadedPolicy):
-            self._retry_at.pop(message.version, None)
+            self._retry_at.pop(identity, None)
             if keeping is not None and message.version <= keeping:
                 return False
             self._current = outcome
-            self._announced = {v: m for v, m in self._announced.items() if v > message.version}
+            self._announced = {
+                i: m for i, m in self._announced.items() if m.version > message.version
+            }
             return True
         if isinstance(outcome, IntegrityError | CheckpointNotFoundError):
             self._rejected[message.version] = str(outcome)
-            self._announced.pop(message.version, None)
+            self._refused.add(identity)
+            self._announced.pop(identity, None)
             log.warning(
                 "rejected policy version %d (%s): %s; keeping version %s",
                 message.version,
@@ -240,7 +254,7 @@ class CheckpointPolicySource(ClosingContext):
                 keeping,
             )
         else:
-            self._retry_at[message.version] = self._clock() + self._retry_after_s
+            self._retry_at[identity] = self._clock() + self._retry_after_s
             log.warning(
                 "could not fetch policy version %d (%s): %s; keeping version %s, retry in %.0f s",
                 message.version,

@@ -24,6 +24,7 @@ carry on.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -223,7 +224,16 @@ class Trainer:
     def _absorb(self, messages: Sequence[ControlMessage]) -> PolicyVersion | None:
         newest: PolicyVersion | None = None
         for message in messages:
-            if isinstance(message, EvaluationReport):
+            if message.run_id != self.settings.run_id:
+                log.warning(
+                    "ignoring a control message of run %s on run %s's topic",
+                    message.run_id,
+                    self.settings.run_id,
+                )
+            elif isinstance(message, EvaluationReport):
+                if not all(math.isfinite(r) for r in message.returns):
+                    log.warning("ignoring an evaluation report with non-finite returns")
+                    continue
                 self._eval_returns.extend(message.returns)
                 self.events(
                     "evaluation",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 
@@ -89,6 +90,24 @@ def test_a_flipped_byte_is_rejected_and_the_current_policy_kept(
     announcer.publish_policy(weights(2), 2, 2)
     newer = source.poll()
     assert newer is not None and newer.version.version == 2
+
+
+def test_a_forged_announcement_does_not_shadow_the_real_version_of_the_same_number(
+    weights: Weights,
+    announcer: Announcer,
+    source: CheckpointPolicySource,
+    publisher: MemoryControlPublisher,
+) -> None:
+    real_0 = announcer.publish_policy(weights(0), 0, 0)
+    assert source.latest(1.0) is not None
+    # Someone who can write to the control topic announces "version 1" first: the bytes of
+    # version 0 under a sha256 that does not match them.
+    publisher.publish(dataclasses.replace(real_0, version=1, sha256="0" * 64))
+    assert source.poll() is None
+    assert 1 in source.rejected and "sha256" in source.rejected[1]
+    announcer.publish_policy(weights(1), 1, 1)  # the trainer's real version 1
+    newer = source.poll()
+    assert newer is not None and newer.version.version == 1 and value_of(newer) == 1.0
 
 
 @pytest.mark.parametrize("damage", ["missing", "not_torch", "size", "pickle"])
