@@ -109,6 +109,7 @@ class DQN(ReplayFed):
             "q_values": sum(q_means) / len(q_means) if q_means else float("nan"),
             "replay_size": float(self.buffer.size),
             "samples_per_insert_budget": self.limiter.budget,
+            "samples_per_insert": self.limiter.ratio,
             "gradient_steps": float(steps),
         }
         return metrics, publish

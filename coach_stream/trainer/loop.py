@@ -110,6 +110,7 @@ class Trainer:
         self.resumed_from: int | None = None
         self.finished: RunFinished | None = None
         self.last_policy: PolicyVersion | None = None
+        self.last_checkpoint: tuple[int, float] | None = None  # (version, Unix time saved)
         self._eval_returns: deque[float] = deque(maxlen=settings.eval_episodes)
         self._train_returns: deque[float] = deque(maxlen=100)
         self._lag_sum = self._lag_count = 0
@@ -268,6 +269,7 @@ class Trainer:
         version = announcer.next_version
         if save_state and version % self.settings.checkpoint_every == 0:
             announcer.save_trainer_state(version, state_to_bytes(self._state(version)))
+            self.last_checkpoint = (version, time.time())
         blob = policy_to_bytes(self.learner.policy_state_dict())
         self.last_policy = announcer.publish_policy(blob, self.learner.updates, self.env_steps)
         self.version = self.last_policy.version
@@ -439,6 +441,10 @@ class Trainer:
             "rollout/mean_return": sum(trains) / len(trains) if trains else None,
             "eval/mean_return": sum(evals) / len(evals) if evals else None,
             **{f"train/{name}": value for name, value in self._metrics.items()},
+            # status and /metrics: the resume point and its age; SILENT after 3x the interval
+            "time/checkpoint_version": self.last_checkpoint[0] if self.last_checkpoint else None,
+            "time/checkpoint_saved_at": self.last_checkpoint[1] if self.last_checkpoint else None,
+            "time/log_every_s": self.settings.log_every_s,
         }
         self.events("progress", fields)
         self._lag_sum = self._lag_count = 0

@@ -119,6 +119,13 @@ class SamplesPerInsertLimiter:
         earned = max(0, self.inserted - self.min_inserts) * self.samples_per_insert
         return earned - self.sampled
 
+    @property
+    def ratio(self) -> float:
+        """Samples drawn per transition inserted after ``min_inserts`` (NaN before any):
+        what the limit holds near ``samples_per_insert``; ``status`` shows it."""
+        inserted = self.inserted - self.min_inserts
+        return self.sampled / inserted if inserted > 0 else float("nan")
+
     def can_sample(self, batch_size: int) -> bool:
         return self.inserted >= self.min_inserts and self.budget >= batch_size
 

@@ -117,6 +117,7 @@ class SAC(ReplayFed):
             "alpha": self.alpha,
             "replay_size": float(self.buffer.size),
             "samples_per_insert_budget": self.limiter.budget,
+            "samples_per_insert": self.limiter.ratio,
             "gradient_steps": float(steps),
         }
         return metrics, publish
