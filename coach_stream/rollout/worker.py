@@ -246,6 +246,7 @@ class RolloutWorker:
             "rejected_versions": self.rejected_versions,
             "paced_waits": self.paced_waits,
             "acked_chunk_seqs": dict(self.writer.acknowledged()),
+            "log_every_s": self.settings.log_every_s,  # status: SILENT after 3x this (>= 10 s)
         }
         self.events("progress", fields)
         self._last_log = (now, self.env_steps)
