@@ -65,3 +65,7 @@ class RunEndedError(CoachStreamError):
 
 class ResumeError(CoachStreamError):
     """A run cannot be resumed as it was (e.g. versions were announced but no state is stored)."""
+
+
+class AuthenticationError(ConfigError):
+    """A service refused this process's credentials or certificate: no retry can fix that."""

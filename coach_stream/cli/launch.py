@@ -1,8 +1,9 @@
 """``coach-stream launch | status | logs | stop``: run a preset as supervised processes.
 
 Only this layer reads the environment (``KAFKA_BOOTSTRAP_SERVERS``,
-``STORAGE_EMULATOR_HOST``, ``COACH_STREAM_STATE_DIR``) and, failing those, the addresses
-of a running ``coach-stream stack``; everything below receives explicit settings.
+``STORAGE_EMULATOR_HOST``, ``COACH_STREAM_STATE_DIR``, Kafka's security variables through
+``cli.kafka_env``) and, failing those, the addresses of a running ``coach-stream stack``;
+everything below receives explicit settings.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from coach_stream.cli import nomad as nomad_cli
+from coach_stream.cli.kafka_env import kafka_security, kafka_settings
 from coach_stream.cli.options import (
     DEFAULT_STATE_DIR,
     CheckpointsOption,
@@ -59,6 +61,7 @@ from coach_stream.orchestrators.nomad_job import job_id as nomad_job_id
 from coach_stream.orchestrators.progress import LogFollower, RunProgress, read_progress
 from coach_stream.orchestrators.state import RunRecord, RunState
 from coach_stream.stack import LocalStack, default_cache_dir
+from coach_stream.transport.settings import KafkaSettings
 from coach_stream.transport.telemetry import TelemetryLines, TelemetryReader
 
 
@@ -233,7 +236,7 @@ def launch(
             f"run {settings.run_id}: {loaded.env_id} {loaded.algorithm} ({loaded.mode}), "
             f"{workers} workers, checkpoints {plan.checkpoints}"
         )
-        followed = _LocalWithTelemetry(orchestrator, settings.kafka_bootstrap)
+        followed = _LocalWithTelemetry(orchestrator, settings.kafka_settings())
         following = time.monotonic()
         outcome = _follow_live(followed, settings.run_id, loaded, err, timeout)
         _print_outcome(outcome, str(orchestrator.run_dir(outcome.run_id).logs_dir))
@@ -264,16 +267,15 @@ def _launch_on_nomad(
         settings = dataclasses.replace(settings, python=flags.python)
     conn = nomad_cli.connection(flags.addr, flags.token, flags.namespace, flags.region)
     job_settings = nomad_cli.job_settings(
-        flags, conn, settings.kafka_bootstrap, settings.gcs_emulator
+        flags, conn, settings.kafka_bootstrap, settings.gcs_emulator, settings.kafka_security
     )
     from coach_stream.orchestrators.nomad import NomadOrchestrator
-    from coach_stream.transport.settings import KafkaSettings
 
     orchestrator = NomadOrchestrator(
         conn,
         job_settings,
         start_timeout_s=flags.start_timeout_s,
-        telemetry=KafkaSettings(bootstrap_servers=settings.kafka_bootstrap),
+        telemetry=settings.kafka_settings(),
     )
     spec = build_run_spec(settings)
     if flags.dry_run:
@@ -361,6 +363,7 @@ def _plan(
         gcs_emulator=gcs_emulator if url.startswith("gs://") else None,
         seed=seed,
         overrides=tuple(overrides),
+        kafka_security=kafka_security(),  # from the environment; never on the tasks' argv
     )
     return _LaunchPlan(loaded, settings, state_dir)
 
@@ -622,14 +625,13 @@ class _LocalWithTelemetry:
     """The local orchestrator, its tasks' events read from the run's telemetry topic (as
     for a run on Nomad) rather than from its log files."""
 
-    def __init__(self, local: LocalOrchestrator, kafka: str) -> None:
+    def __init__(self, local: LocalOrchestrator, kafka: KafkaSettings) -> None:
         self.local, self.kafka = local, kafka
 
     def task_lines(self, run_id: str) -> TelemetryLines:
-        from coach_stream.transport.settings import KafkaSettings, RunTopics
+        from coach_stream.transport.settings import RunTopics
 
-        settings = KafkaSettings(bootstrap_servers=self.kafka)
-        return TelemetryLines(TelemetryReader(settings, RunTopics.for_run(run_id)))
+        return TelemetryLines(TelemetryReader(self.kafka, RunTopics.for_run(run_id)))
 
     def submit(self, spec: RunSpec) -> None:
         self.local.submit(spec)
@@ -655,7 +657,7 @@ def _local_progress(orchestrator: LocalOrchestrator, run_id: str, kafka: str | N
     cannot be read (a stopped stack: the files are still here)."""
     kafka = kafka or LocalStack(default_cache_dir()).kafka_bootstrap()
     if kafka:
-        on_kafka = nomad_cli.read_telemetry(kafka, run_id)
+        on_kafka = nomad_cli.read_telemetry(kafka_settings(kafka), run_id)
         if isinstance(on_kafka, RunProgress):
             return on_kafka
     return read_progress(orchestrator.run_dir(run_id).logs_dir)

@@ -3,6 +3,8 @@
 Only this module (the CLI edge) reads ``NOMAD_ADDR``, ``NOMAD_TOKEN``, ``NOMAD_NAMESPACE``,
 ``NOMAD_REGION``, ``NOMAD_CACERT``, ``NOMAD_CLIENT_CERT`` and ``NOMAD_CLIENT_KEY`` (flags
 win), as the ``nomad`` CLI does; ``NomadOrchestrator`` receives an explicit connection.
+Kafka's security settings reach a job's tasks through ``cli.kafka_env.nomad_task_env``:
+the non-secret ones in the job's environment, credentials only via ``--secrets-var``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from coach_stream.cli.kafka_env import kafka_settings, nomad_task_env
 from coach_stream.errors import CoachStreamError, ConfigError, OrchestratorError
 from coach_stream.orchestrators.nomad import NomadConnection, NomadOrchestrator
 from coach_stream.orchestrators.nomad_job import (
@@ -29,6 +32,7 @@ from coach_stream.orchestrators.nomad_job import (
     job_hcl,
 )
 from coach_stream.orchestrators.progress import RunProgress
+from coach_stream.transport.settings import KafkaSecurity, KafkaSettings
 
 
 class JobFormat(enum.StrEnum):
@@ -114,8 +118,14 @@ def nomad_configured(addr: str | None) -> bool:
 
 
 def job_settings(
-    flags: NomadFlags, conn: NomadConnection, kafka: str, gcs_emulator: str | None
+    flags: NomadFlags,
+    conn: NomadConnection,
+    kafka: str,
+    gcs_emulator: str | None,
+    security: KafkaSecurity | None = None,
 ) -> NomadJobSettings:
+    """The job's placement and environment; Kafka credentials only via ``--secrets-var``."""
+    security_env = nomad_task_env(security or KafkaSecurity(), flags.secrets_var)
     defaults = NomadJobSettings()
     resources = dict(defaults.resources)
     if flags.trainer_gpus:
@@ -127,7 +137,7 @@ def job_settings(
         datacenters=flags.datacenters or defaults.datacenters,
         namespace=conn.namespace,
         region=conn.region,
-        env=job_env(kafka, gcs_emulator),
+        env={**job_env(kafka, gcs_emulator), **security_env},
         secrets_var=flags.secrets_var,
         resources=resources,
     )
@@ -148,9 +158,7 @@ def orchestrator_for(
     region: str | None,
     kafka: str | None = None,
 ) -> NomadOrchestrator:
-    from coach_stream.transport.settings import KafkaSettings
-
-    telemetry = KafkaSettings(bootstrap_servers=kafka) if kafka else None
+    telemetry = kafka_settings(kafka) if kafka else None
     return NomadOrchestrator(connection(addr, token, namespace, region), telemetry=telemetry)
 
 
@@ -158,16 +166,15 @@ def read_progress(orchestrator: NomadOrchestrator, run_id: str) -> RunProgress |
     """The run's progress from its telemetry topic, or why it could not be read."""
     if orchestrator.telemetry is None:
         return "no Kafka address (pass --kafka or set KAFKA_BOOTSTRAP_SERVERS)"
-    return read_telemetry(orchestrator.telemetry.bootstrap_servers, run_id)
+    return read_telemetry(orchestrator.telemetry, run_id)
 
 
-def read_telemetry(kafka: str, run_id: str) -> RunProgress | str:
+def read_telemetry(settings: KafkaSettings, run_id: str) -> RunProgress | str:
     """Every telemetry event of the run so far as one progress view, or why not."""
-    from coach_stream.transport.settings import KafkaSettings, RunTopics
+    from coach_stream.transport.settings import RunTopics
     from coach_stream.transport.telemetry import TelemetryReader
 
     progress = RunProgress()
-    settings = KafkaSettings(bootstrap_servers=kafka)
     try:
         with TelemetryReader(settings, RunTopics.for_run(run_id), timeout_s=5.0) as reader:
             for task, event in reader.read_to_end(10.0):

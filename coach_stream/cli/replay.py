@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from coach_stream.cli.kafka_env import kafka_settings
 from coach_stream.cli.options import (
     CheckpointsOption,
     GcsEmulatorOption,
@@ -58,12 +59,7 @@ FormatOption = typer.Option(..., "--format", help="avro, parquet or minari.")
 
 
 def _settings(kafka: str | None) -> KafkaSettings:
-    if not kafka:
-        raise ConfigError(
-            "No Kafka address; pass --kafka HOST:PORT or export KAFKA_BOOTSTRAP_SERVERS "
-            "(`eval $(coach-stream stack env)`)."
-        )
-    return KafkaSettings(bootstrap_servers=kafka)
+    return kafka_settings(kafka)  # the address, and COACH_STREAM_KAFKA_* security
 
 
 def _registry(schemas: list[Path]) -> SchemaRegistry:

@@ -16,6 +16,7 @@ from gymnasium.vector import VectorEnv
 
 from coach_stream.algorithms import builder_for
 from coach_stream.checkpoints import open_store
+from coach_stream.cli.kafka_env import kafka_settings
 from coach_stream.cli.options import (
     CheckpointsOption,
     GcsEmulatorOption,
@@ -27,7 +28,7 @@ from coach_stream.cli.options import (
     checkpoint_url,
     load_run_preset,
 )
-from coach_stream.cli.train import kafka_settings, setup_process
+from coach_stream.cli.train import setup_process
 from coach_stream.config import Preset
 from coach_stream.control.policy_source import CheckpointPolicySource
 from coach_stream.core import Actor, EventSink, Mode, PolicySource, RunFinished

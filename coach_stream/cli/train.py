@@ -1,7 +1,8 @@
 """``coach-stream train``: the trainer process of one run, wired to Kafka and the store.
 
 This is an entry point, so it is where the environment is read (``--kafka`` defaults to
-``KAFKA_BOOTSTRAP_SERVERS``, ``--gcs-emulator`` to ``STORAGE_EMULATOR_HOST``) and where
+``KAFKA_BOOTSTRAP_SERVERS``, ``--gcs-emulator`` to ``STORAGE_EMULATOR_HOST``, Kafka's
+security from ``COACH_STREAM_KAFKA_*`` by ``cli.kafka_env``) and where
 Kafka and GCS clients are built; the loop below it only sees the core protocols.
 Progress goes to stdout as JSON lines, human logging to stderr.
 """
@@ -16,6 +17,7 @@ import typer
 
 from coach_stream.algorithms import builder_for, chunk_spec
 from coach_stream.checkpoints import open_store
+from coach_stream.cli.kafka_env import kafka_settings
 from coach_stream.cli.options import (
     CheckpointsOption,
     GcsEmulatorOption,
@@ -28,7 +30,6 @@ from coach_stream.cli.options import (
     load_run_preset,
 )
 from coach_stream.envs import SeedRole, probe_shape, process_seed
-from coach_stream.errors import ConfigError
 from coach_stream.events import JsonLines
 from coach_stream.replay.retention import parse_retention
 from coach_stream.trainer.device import resolve_device
@@ -36,17 +37,8 @@ from coach_stream.trainer.loop import Trainer
 from coach_stream.transport.admin import ensure_run_topics
 from coach_stream.transport.control import KafkaControlPublisher, KafkaControlSubscriber
 from coach_stream.transport.reader import KafkaExperienceReader
-from coach_stream.transport.settings import KafkaSettings, RunTopics
+from coach_stream.transport.settings import RunTopics
 from coach_stream.transport.telemetry import STARTED, TelemetrySink, fan_out
-
-
-def kafka_settings(kafka: str | None) -> KafkaSettings:
-    if not kafka:
-        raise ConfigError(
-            "No Kafka address; pass --kafka HOST:PORT or export KAFKA_BOOTSTRAP_SERVERS "
-            "(`eval $(coach-stream stack env)` after `coach-stream stack up`)."
-        )
-    return KafkaSettings(bootstrap_servers=kafka)
 
 
 def setup_process() -> None:

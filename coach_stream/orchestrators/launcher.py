@@ -104,9 +104,9 @@ def prepare_topics(
     """
     from coach_stream.replay.retention import parse_retention
     from coach_stream.transport.admin import check_broker, ensure_run_topics
-    from coach_stream.transport.settings import KafkaSettings, RunTopics
+    from coach_stream.transport.settings import RunTopics
 
-    kafka = KafkaSettings(bootstrap_servers=settings.kafka_bootstrap)
+    kafka = settings.kafka_settings()
     check_broker(kafka, timeout=broker_timeout_s)
     retention = parse_retention(experience_retention)
     ensure_run_topics(
@@ -150,9 +150,9 @@ def check_env(env_id: str, env_wrappers: Sequence[str] = ()) -> None:
 def check_kafka_run_free(settings: LaunchSettings, timeout_s: float = 10.0) -> None:
     """The broker answers and has none of the run's topics."""
     from coach_stream.transport.admin import check_broker
-    from coach_stream.transport.settings import KafkaSettings, RunTopics
+    from coach_stream.transport.settings import RunTopics
 
-    kafka = KafkaSettings(bootstrap_servers=settings.kafka_bootstrap)
+    kafka = settings.kafka_settings()
     metadata = check_broker(kafka, timeout=timeout_s)
     topics = RunTopics.for_run(settings.run_id, kafka.topic_prefix)
     taken = [
@@ -218,9 +218,9 @@ def discard_launch(settings: LaunchSettings, state_dir: Path) -> None:
     belonged to another run.
     """
     from coach_stream.transport.admin import delete_run_topics
-    from coach_stream.transport.settings import KafkaSettings, RunTopics
+    from coach_stream.transport.settings import RunTopics
 
-    kafka = KafkaSettings(bootstrap_servers=settings.kafka_bootstrap)
+    kafka = settings.kafka_settings()
     with contextlib.suppress(Exception):  # best effort: the launch's own error is the news
         delete_run_topics(kafka, RunTopics.for_run(settings.run_id, kafka.topic_prefix))
     shutil.rmtree(state_dir / "runs" / settings.run_id, ignore_errors=True)

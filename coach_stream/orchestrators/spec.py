@@ -19,6 +19,7 @@ from coach_stream.core import RunSpec, TaskSpec
 from coach_stream.errors import ConfigError
 from coach_stream.orchestrators.state import SupervisorConfig
 from coach_stream.runids import check_run_id
+from coach_stream.transport.settings import KafkaSecurity, KafkaSettings
 
 CLI_MODULE = "coach_stream.cli.main"
 """Every task runs ``<python> -m coach_stream.cli.main <command>``."""
@@ -51,6 +52,9 @@ class LaunchSettings:
     """False leaves a crashed worker dead (a test of SYNC runs that lose a worker)."""
     python: str = sys.executable
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)
+    """How the launcher reaches Kafka (TLS, SASL). Never on a command line: the tasks read
+    the same ``COACH_STREAM_KAFKA_*`` environment (inherited, or a Nomad Variable)."""
 
     def __post_init__(self) -> None:
         check_run_id(self.run_id)
@@ -66,6 +70,10 @@ class LaunchSettings:
                 f"Checkpoint location {self.checkpoints!r} is not a file:// or gs:// URL; "
                 f"fix --checkpoints."
             )
+
+    def kafka_settings(self) -> KafkaSettings:
+        """The launcher's own Kafka settings (topics, preflight checks, telemetry)."""
+        return KafkaSettings(bootstrap_servers=self.kafka_bootstrap, security=self.kafka_security)
 
 
 def new_run_id(preset_name: str) -> str:

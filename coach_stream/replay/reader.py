@@ -316,7 +316,8 @@ class ReplayReader(ClosingContext):
             self._consumer = None
 
     def _resolve(self, consumer: Consumer) -> list[PartitionSpan]:
-        metadata = consumer.list_topics(self.topic, timeout=self.timeout)
+        # not assigned yet: a refused login surfaces at once (clients.metadata)
+        metadata = clients.metadata(consumer, self.timeout, self.topic)
         found = metadata.topics.get(self.topic)
         if found is None or found.error is not None or not found.partitions:
             raise ConfigError(
@@ -562,11 +563,13 @@ def open(
 ) -> ReplayReader:
     """A reader of ``run_id``'s experience topic (or ``topic``), opened; use it in ``with``.
 
-    ``kafka`` defaults to ``KAFKA_BOOTSTRAP_SERVERS``; ``start``/``end`` take the
+    ``kafka`` defaults to ``KAFKA_BOOTSTRAP_SERVERS``, and the broker's security to the
+    ``COACH_STREAM_KAFKA_*`` variables, as for the CLI; ``start``/``end`` take the
     ``--from``/``--to`` forms (``replay.range``).
     """
     import os
 
+    from coach_stream.cli.kafka_env import kafka_settings  # this is an entry point too
     from coach_stream.replay.range import parse_bound
 
     servers = kafka or os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
@@ -574,7 +577,7 @@ def open(
         raise ConfigError(
             "No Kafka address; pass kafka='HOST:PORT' or export KAFKA_BOOTSTRAP_SERVERS."
         )
-    settings = KafkaSettings(bootstrap_servers=servers)
+    settings = kafka_settings(servers)
     name = resolve_topic(run_id or topic or "", settings.topic_prefix)
     reader = ReplayReader(
         settings,

@@ -49,7 +49,7 @@ def check_broker(settings: KafkaSettings, timeout: float = 10.0) -> ClusterMetad
     """The cluster metadata, or ServiceUnavailableError if no broker answers within ``timeout``."""
     with clients.admin(settings) as admin:
         try:
-            return admin.list_topics(timeout=timeout)
+            return clients.metadata(admin, timeout)  # a refused login: AuthenticationError
         except KafkaException as exc:
             raise unreachable(settings, timeout, exc.args[0]) from exc
 
@@ -154,7 +154,7 @@ def ensure_run_topics(
         # (and destroying the client then waits for it again).
         first = min(timeout, FIRST_CONTACT_S)
         try:
-            admin.list_topics(timeout=first)
+            clients.metadata(admin, first)
         except KafkaException as exc:
             raise unreachable(settings, first, exc.args[0]) from exc
         try:

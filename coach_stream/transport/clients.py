@@ -8,6 +8,13 @@ rate limiter into the ``coach_stream.transport.librdkafka`` logger: the same mes
 aside, so "after 0ms"/"after 1ms" count as one) at most once per ``INTERVAL_S``, with the
 number of lines held back since. The clear error a user acts on is still raised by the
 caller (``ServiceUnavailableError``, ``DeliveryError``); these lines only explain it.
+
+Two answers are the same on every retry, so they are not logged but raised, by the error
+callback, out of the ``poll``/``flush``/``consume`` that served it (confluent-kafka
+re-raises a callback's exception there): a refused SASL login (``_AUTHENTICATION``) and a
+TLS certificate that fails verification (``_SSL``). Both become one
+``AuthenticationError`` sentence (exit code 2: a task is not restarted), where librdkafka
+alone would retry forever and the caller would report a broker that "did not answer".
 """
 
 from __future__ import annotations
@@ -22,7 +29,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._metadata import ClusterMetadata
 
+from coach_stream.errors import AuthenticationError, ConfigError
 from coach_stream.transport.settings import ConfigValue, KafkaSettings
 
 INTERVAL_S = 30.0
@@ -40,6 +49,10 @@ _SETTLING = {  # a new topic's metadata or leader is not there yet: ask again sh
     KafkaError.UNKNOWN_TOPIC_OR_PART,
     KafkaError._UNKNOWN_PARTITION,  # librdkafka's cache has not seen the partition yet
 }
+
+_AFTER = re.compile(r"\s*\(after \d+ms in state \w+\)\s*$")
+_METADATA_SLICE_S = 0.5
+DOCS = "docs/security.md"
 
 log = logging.getLogger("coach_stream.transport.librdkafka")
 
@@ -102,8 +115,30 @@ class RateLimitedLog:
 LIBRDKAFKA_LOG = RateLimitedLog(log)
 
 
+def refusal(error: KafkaError) -> AuthenticationError | None:
+    """The one sentence for a refused login or certificate; None for any other error."""
+    reason = _AFTER.sub("", error.str())
+    if error.code() == KafkaError._AUTHENTICATION:
+        return AuthenticationError(
+            f"Kafka refused this client's login ({reason}); check "
+            "COACH_STREAM_KAFKA_SASL_USERNAME, COACH_STREAM_KAFKA_SASL_PASSWORD and "
+            f"COACH_STREAM_KAFKA_SASL_MECHANISM (see {DOCS})."
+        )
+    if error.code() == KafkaError._SSL and "certificate" in reason:
+        return AuthenticationError(
+            f"The TLS handshake with Kafka failed on a certificate ({reason}); set "
+            "COACH_STREAM_KAFKA_SSL_CA_LOCATION to the CA that signed the broker's "
+            f"certificate, or check the client certificate (see {DOCS})."
+        )
+    return None
+
+
 def on_error(error: KafkaError) -> None:
-    """``error_cb`` of every client: "all brokers down" and fatal errors reach logging."""
+    """``error_cb`` of every client: "all brokers down" and fatal errors reach logging;
+    a refused login or certificate is raised (``refusal``)."""
+    refused = refusal(error)
+    if refused is not None:
+        raise refused
     if error.fatal():
         level = logging.ERROR
     elif error.code() in _ALSO_LOGGED:
@@ -123,26 +158,69 @@ def _ignore(_error: KafkaError) -> None:
     return None
 
 
+def _refused_config(exc: KafkaException) -> ConfigError:
+    """librdkafka refused the settings themselves (e.g. a TLS file that is not PEM)."""
+    return ConfigError(
+        f"The Kafka client settings were refused ({exc.args[0].str()}); fix the "
+        f"COACH_STREAM_KAFKA_* variables (see {DOCS})."
+    )
+
+
 def producer(settings: KafkaSettings, **overrides: ConfigValue) -> Producer:
     """An idempotent ``acks=all`` producer (``KafkaSettings.producer_config``)."""
-    return Producer({**settings.producer_config(), **overrides, **_callbacks()})
+    try:
+        return Producer({**settings.producer_config(), **overrides, **_callbacks()})
+    except KafkaException as exc:
+        raise _refused_config(exc) from None
 
 
 def consumer(settings: KafkaSettings, group_id: str, **overrides: ConfigValue) -> Consumer:
     """A consumer that commits nothing by itself (``KafkaSettings.consumer_config``)."""
-    return Consumer({**settings.consumer_config(group_id), **overrides, **_callbacks()})
+    try:
+        return Consumer({**settings.consumer_config(group_id), **overrides, **_callbacks()})
+    except KafkaException as exc:
+        raise _refused_config(exc) from None
 
 
 @contextmanager
 def admin(settings: KafkaSettings, *, quiet: bool = False) -> Iterator[AdminClient]:
     """An ``AdminClient`` for one ``with`` block: destroyed on exit, its log served first."""
-    with AdminClient({**settings.admin_config(), **_callbacks(quiet)}) as client:
+    try:
+        client = AdminClient({**settings.admin_config(), **_callbacks(quiet)})
+    except KafkaException as exc:
+        raise _refused_config(exc) from None
+    with client:
         try:
             yield client
         finally:
             # Admin requests run on librdkafka's own threads; its log lines wait on the
-            # client's queue until polled, and are lost if it is destroyed first.
+            # client's queue until polled, and are lost if it is destroyed first. A
+            # refused login is raised here at the latest, as the cause of whatever failed.
             client.poll(0)
+
+
+def metadata(
+    client: AdminClient | Consumer, timeout: float, topic: str | None = None
+) -> ClusterMetadata:
+    """``list_topics`` asked in short slices, the error callback served between them.
+
+    ``list_topics`` serves no callbacks: with wrong credentials it waits out its whole
+    timeout and reports a transport failure, while the refused login waits in the queue.
+    Asking in slices surfaces the ``AuthenticationError`` within about one slice. A
+    consumer only before it is assigned partitions: its ``poll`` would consume a record.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        asked = time.monotonic()
+        left = max(0.01, min(_METADATA_SLICE_S, deadline - asked))
+        try:
+            return client.list_topics(topic, timeout=left)
+        except KafkaException:
+            client.poll(0)  # raises AuthenticationError for a refused login
+            if time.monotonic() >= deadline:
+                raise
+            if time.monotonic() - asked < _METADATA_SLICE_S / 2:
+                time.sleep(0.05)  # it failed at once: ask the broker again shortly
 
 
 def watermarks(consumer: Consumer, partition: TopicPartition, timeout: float) -> tuple[int, int]:

@@ -63,12 +63,13 @@ def test_settings_are_frozen_and_reject_unknown_fields() -> None:
 
 def test_admin_config_only_takes_connection_extras() -> None:
     config = KafkaSettings(
-        bootstrap_servers="h:9092", extra={"security.protocol": "SSL", "fetch.wait.max.ms": "9"}
+        bootstrap_servers="h:9092",
+        extra={"ssl.cipher.suites": "HIGH", "fetch.wait.max.ms": "9"},
     ).admin_config()
     assert config == {
         "bootstrap.servers": "h:9092",
         "client.id": "coach-stream",
-        "security.protocol": "SSL",
+        "ssl.cipher.suites": "HIGH",
     }
 
 
