@@ -62,10 +62,18 @@ class RolloutConfig(_Frozen):
     """The experience producer's compression (librdkafka ``compression.type``). Float
     observations do not compress; frames do (image presets: see docs/algorithms.md)."""
     async_max_lead_steps: int | None = Field(default=None, ge=1)
-    """ASYNC pacing: after this many steps (per worker) acted with one version and no newer
-    one, wait up to ``sync_wait_s`` for it before acting on. Reverb's limiter blocks fast
-    writers the same way; it keeps workers from burning the cores a busy trainer needs on
-    experience the limiter would leave unread. None: never wait."""
+    """ASYNC freshness pacing: after this many steps (per worker) acted with one version and
+    no newer one, wait up to ``sync_wait_s`` for it before acting on (then go on anyway).
+    None: never wait. It is soft; ``async_max_unread_steps`` is the hard bound."""
+    async_max_unread_steps: int | None = Field(default=None, ge=1)
+    """ASYNC rate limit (the writer side of Reverb's limiter): every worker waits, with no
+    timeout, while the experience log holds more than this many env steps the trainer has
+    not read yet (its consumer lag, asked of the broker; counted in whole records of
+    ``chunk_steps``, so at least ``chunk_steps``). It keeps the lag, and the age of what the
+    trainer learns from, bounded in a run of any length with any number of workers; set it
+    to a few times what the trainer reads between two policy versions (smaller: the trainer
+    may idle for data). A worker waits on through a trainer restart and exits on
+    ``RunFinished``. None: no limit (the lag grows whenever workers outpace the trainer)."""
 
 
 class PPOConfig(_Frozen):
@@ -246,6 +254,23 @@ class Preset(_Frozen):
                 raise ValueError(
                     f"{name.upper()} learns from workers that never wait: mode 'async'"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _unread_limit_fits(self) -> Preset:
+        unread, chunk = self.rollout.async_max_unread_steps, self.rollout.chunk_steps
+        if unread is None:
+            return self
+        if self.mode is not Mode.ASYNC:
+            raise ValueError(
+                "rollout.async_max_unread_steps limits ASYNC workers only (SYNC workers wait "
+                "for each version anyway); remove it or use mode 'async'"
+            )
+        if unread < chunk:
+            raise ValueError(
+                f"rollout.async_max_unread_steps ({unread}) is below rollout.chunk_steps "
+                f"({chunk}): the backlog is counted in whole records; set it to at least {chunk}"
+            )
         return self
 
     @property

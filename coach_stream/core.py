@@ -282,6 +282,18 @@ class ExperienceReader(_Closeable, Protocol):
         """Records set aside so far instead of returned: undecodable, or not fitting the run."""
 
 
+class ExperienceBacklog(Protocol):
+    """How far the trainer's reading trails the experience log: an ASYNC worker's brake.
+
+    Reverb's rate limiter blocks a writer that is too far ahead of the learner; here the
+    writer asks the log (where the trainer records its read positions) and waits itself.
+    """
+
+    def unread(self) -> int | None:
+        """Records in the log past the trainer's last recorded read position (all writers);
+        None when unknown (nothing recorded yet, or the log did not answer)."""
+
+
 class CheckpointStore(Protocol):
     """Create-only blob store for policies and trainer state (GCS or a local directory)."""
 

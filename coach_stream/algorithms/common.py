@@ -51,6 +51,7 @@ def worker_settings(
         policy_wait_s=rollout.policy_wait_s,
         log_every_s=preset.trainer.log_every_s,
         max_lead_steps=rollout.async_max_lead_steps,
+        max_unread_steps=rollout.async_max_unread_steps,
     )
 
 

@@ -8,10 +8,12 @@ and never knows that Kafka or GCS exist. Synchronization follows the run's mode:
   quota is short), act another share with v instead of waiting forever: the run never
   blocks on one worker, and the trainer drops whatever arrives too late. "In time" is a
   few times the usual wait (learned as the run goes), never more than ``sync_wait_s``.
-- ASYNC (off-policy): never wait; between shares (``chunk_steps`` steps per env), take a
-  newer version if the policy source has one. Optional pacing (``max_lead_steps``): a
-  worker that has acted that many steps with one version waits up to ``sync_wait_s`` for
-  the next, then goes on anyway, so a trainer that cannot keep up is not starved of CPU.
+- ASYNC (off-policy): between shares (``chunk_steps`` steps per env), take a newer version
+  if the policy source has one. Two optional brakes: the rate limit (``max_unread_steps``,
+  ``rollout/pacing.py``: wait, for as long as it takes, while the trainer has more than
+  that many env steps of experience unread, so its consumer lag stays bounded), and
+  freshness pacing (``max_lead_steps``: a worker that has acted that many steps with one
+  version waits up to ``sync_wait_s`` for the next, then goes on anyway).
 
 The worker exits cleanly when the policy source has read ``RunFinished``.
 """
@@ -31,6 +33,7 @@ from gymnasium.vector import VectorEnv
 from coach_stream.core import (
     Actor,
     EventSink,
+    ExperienceBacklog,
     ExperienceChunk,
     ExperienceWriter,
     LoadedPolicy,
@@ -45,6 +48,7 @@ from coach_stream.errors import (
     ServiceUnavailableError,
 )
 from coach_stream.rollout.chunker import Chunker
+from coach_stream.rollout.pacing import UnreadLimit, unread_records
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,11 @@ class WorkerSettings:
     log_every_s: float = 1.0
     max_lead_steps: int | None = None
     """ASYNC: steps with one version after which the worker waits (bounded) for a newer one."""
+    max_unread_steps: int | None = None
+    """ASYNC: wait while the trainer has more than this many env steps unread (needs an
+    ``ExperienceBacklog``; without one, as in in-process tests, the worker does not limit)."""
+    limit_recheck_s: float = 0.25
+    """How often the rate limit asks the log for the trainer's backlog (a broker round trip)."""
 
 
 def _action_layout(space: Any) -> dict[str, Any]:
@@ -98,7 +107,10 @@ class RolloutWorker:
         seeds: Sequence[int],
         events: EventSink,
         clock: Callable[[], float] = time.monotonic,
+        backlog: ExperienceBacklog | None = None,
     ) -> None:
+        """``backlog``: where the rate limit reads the trainer's backlog (ASYNC with
+        ``settings.max_unread_steps``; the entry point wires the Kafka one)."""
         self.envs, self.actor, self.writer, self.source = envs, actor, writer, policy_source
         self.settings, self.seeds, self.events, self.clock = settings, list(seeds), events, clock
         obs_space = envs.single_observation_space
@@ -122,6 +134,17 @@ class RolloutWorker:
         self.extra_shares = 0  # SYNC shares acted again with v because v+1 was late
         self.rejected_versions = 0
         self.paced_waits = 0  # ASYNC: times the worker waited because it was too far ahead
+        self.limit: UnreadLimit | None = None
+        if backlog is not None and settings.max_unread_steps and settings.mode is Mode.ASYNC:
+            self.limit = UnreadLimit(
+                backlog,
+                unread_records(settings.max_unread_steps, settings.chunk_steps),
+                recheck_s=settings.limit_recheck_s,
+                clock=clock,
+            )
+        self.limit_waits = 0  # times the rate limit held the worker
+        self.limit_wait_s = 0.0  # seconds it held it, in all
+        self._held_since: float | None = None  # when the wait in progress began
         self._steps_at_version = 0
         self._typical_wait: float | None = None  # SYNC: smoothed seconds from share end to v+1
         self._recent_returns: deque[float] = deque(maxlen=100)
@@ -135,6 +158,7 @@ class RolloutWorker:
         while (finished := self.source.finished) is None:
             self.act_share()
             self.sync(self.settings.sync_wait_s)
+            self.pace()
             self._maybe_log()
         self.writer.flush(timeout=30.0)
         self._log()
@@ -194,6 +218,46 @@ class RolloutWorker:
                         return False
         except RunEndedError:
             return False
+        return self._take(newer)
+
+    def pace(self) -> float:
+        """ASYNC rate limit: wait while the trainer has more than the bound unread; the
+        seconds waited. No timeout: a trainer that is down or restarting is waited for (the
+        supervisor restarts it); the worker returns as soon as the run is finished.
+
+        The wait is on the control topic: a new version is taken at once (the trainer
+        records its read position right after announcing one), and the backlog is asked
+        again at least every ``limit_recheck_s``.
+        """
+        limit = self.limit
+        if limit is None or limit.admits():
+            return 0.0
+        self.limit_waits += 1
+        self.writer.flush(timeout=30.0)  # nothing else to do: what lingers is sent for reading
+        started, wanted = self.clock(), self.actor.version + 1
+        self._held_since = started
+        while self.source.finished is None:
+            try:
+                newer = self.source.wait_for(wanted, timeout=limit.recheck_s)
+            except TimeoutError:
+                pass
+            except RunEndedError:
+                break
+            else:  # the next wait is for a later one, even if the actor refuses this one
+                wanted = newer.version.version + 1
+                self._take(newer)
+            self._maybe_log()
+            if limit.admits(measure=True):
+                break
+        waited = self.clock() - started
+        self.limit_wait_s += waited
+        self._held_since = None
+        return waited
+
+    # ------------------------------------------------------------------ helpers
+
+    def _take(self, newer: LoadedPolicy | None) -> bool:
+        """Swap in ``newer`` if it is newer and verifies; True if the worker now acts with it."""
         if newer is None or newer.version.version <= self.actor.version:
             return False
         self._write(self.chunker.flush())  # one chunk, one behaviour version
@@ -205,8 +269,6 @@ class RolloutWorker:
         self.chunker.version = self.actor.version
         self._steps_at_version = self.env_steps
         return True
-
-    # ------------------------------------------------------------------ helpers
 
     def _sync_timeout(self) -> float:
         """How long to wait for v+1: a few times the usual wait, at most ``sync_wait_s``.
@@ -225,6 +287,8 @@ class RolloutWorker:
             if chunk.episode_return is not None:
                 self._recent_returns.append(chunk.episode_return)
         self.chunks_written += len(chunks)
+        if self.limit is not None:
+            self.limit.wrote(len(chunks))
 
     def _maybe_log(self) -> None:
         if self.clock() - self._last_log[0] >= self.settings.log_every_s:
@@ -234,6 +298,7 @@ class RolloutWorker:
         now, steps_then = self.clock(), self._last_log[1]
         elapsed = max(now - self._last_log[0], 1e-9)
         returns = list(self._recent_returns)
+        held = 0.0 if self._held_since is None else now - self._held_since
         fields: dict[str, Any] = {
             "worker_id": self.settings.worker_id,
             "env_steps": self.env_steps,
@@ -245,6 +310,9 @@ class RolloutWorker:
             "extra_shares": self.extra_shares,
             "rejected_versions": self.rejected_versions,
             "paced_waits": self.paced_waits,
+            "limit_waits": self.limit_waits,
+            "limit_wait_s": round(self.limit_wait_s + held, 3),  # the wait in progress too
+            "unread": self.limit.estimate() if self.limit is not None else None,
             "acked_chunk_seqs": dict(self.writer.acknowledged()),
             "log_every_s": self.settings.log_every_s,  # status: SILENT after 3x this (>= 10 s)
         }

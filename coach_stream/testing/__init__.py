@@ -12,11 +12,16 @@ if TYPE_CHECKING:
         MemoryControlPublisher,
         MemoryControlSubscriber,
     )
-    from coach_stream.testing.memory_log import MemoryExperienceReader, MemoryExperienceWriter
+    from coach_stream.testing.memory_log import (
+        MemoryBacklog,
+        MemoryExperienceReader,
+        MemoryExperienceWriter,
+    )
     from coach_stream.testing.memory_store import MemoryCheckpointStore
 
     _writer: type[core.ExperienceWriter] = MemoryExperienceWriter
     _reader: type[core.ExperienceReader] = MemoryExperienceReader
+    _backlog: type[core.ExperienceBacklog] = MemoryBacklog
     _store: type[core.CheckpointStore] = MemoryCheckpointStore
     _publisher: type[core.ControlPublisher] = MemoryControlPublisher
     _subscriber: type[core.ControlSubscriber] = MemoryControlSubscriber

@@ -63,6 +63,18 @@ class MemoryExperienceWriter(_Context):
         return seqs
 
 
+class MemoryBacklog:
+    """``core.ExperienceBacklog`` of a ``MemoryLog``: chunks past the last committed offset."""
+
+    def __init__(self, log: MemoryLog) -> None:
+        self.log = log
+
+    def unread(self) -> int | None:
+        if not self.log.committed:
+            return None  # like Kafka before the trainer's first commit
+        return len(self.log.chunks) - self.log.committed.get(0, 0)
+
+
 class MemoryExperienceReader(_Context):
     """Reads the log from ``positions`` on; never waits (``timeout`` is ignored).
 

@@ -58,3 +58,14 @@ def test_invalid_values_and_names() -> None:
         load_preset("no-such-preset")
     with pytest.raises(ConfigError, match="key=value"):
         load_preset("cartpole-ppo", ["ppo.gamma"])
+
+
+def test_the_async_rate_limit_is_validated_against_mode_and_chunk() -> None:
+    assert load_preset("cartpole-dqn").rollout.async_max_unread_steps == 2048
+    with pytest.raises(ConfigError, match="ASYNC workers only"):
+        load_preset("cartpole-ppo", ["rollout.async_max_unread_steps=4096"])
+    with pytest.raises(ConfigError, match=r"below rollout\.chunk_steps \(32\).*at least 32"):
+        load_preset("cartpole-dqn", ["rollout.async_max_unread_steps=31"])
+    with pytest.raises(ConfigError, match=r"async_max_unread_steps"):
+        load_preset("cartpole-dqn", ["rollout.async_max_unread_steps=0"])
+    assert load_preset("cartpole-dqn", ["rollout.async_max_unread_steps=null"]).rollout

@@ -39,6 +39,7 @@ def test_dqn_share_is_one_chunk_and_the_log_refills_replay() -> None:
     assert settings.share_steps == 12 and not settings.behaviour
     assert settings.mode is Mode.ASYNC
     assert settings.max_lead_steps == preset.rollout.async_max_lead_steps
+    assert settings.max_unread_steps == preset.rollout.async_max_unread_steps == 2048
     assert builder.make_trainer_settings("r").refill
 
 
