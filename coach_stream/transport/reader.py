@@ -3,6 +3,9 @@
 The reader assigns itself every partition of the run's experience topic (one trainer per
 run), so its place in the log is exactly ``positions()``: the trainer stores them in its
 checkpoint and ``seek``s back to them on restart; ``commit`` only informs lag tools.
+While it reads, the reader also commits its position by itself (asynchronously, at most
+every ``commit_every_s``), so lag tools and the rollout workers' rate limit
+(``transport/backlog.py``) see where the trainer is, not where it was at its last version.
 A record that cannot be decoded, or (given a ``ChunkSpec``) decodes but does not fit the
 run, is copied, untouched, to ``<run>.dead-letter`` with headers naming the error and where
 it came from, counted, and skipped: one bad producer never stops training. ``read``
@@ -68,9 +71,12 @@ class KafkaExperienceReader(ClosingContext):
         decode: Callable[[bytes], ExperienceChunk] = decode_chunk,
         spec: ChunkSpec | None = None,
         timeout: float = 10.0,
+        commit_every_s: float | None = 0.25,
     ) -> None:
         """``spec``: what the run's chunks look like; the trainer passes it, so a chunk that
-        decodes but would crash its learner is dead-lettered instead (None: decode only)."""
+        decodes but would crash its learner is dead-lettered instead (None: decode only).
+        ``commit_every_s``: how often ``read`` commits a moved position (None: never; only
+        ``commit()`` does)."""
         self.settings = settings
         self.topics = topics
         self.group_id = group_id
@@ -82,6 +88,9 @@ class KafkaExperienceReader(ClosingContext):
         self._consumer: Consumer | None = None
         self._dead_letter = KafkaRecordProducer(settings, topics.dead_letter)
         self._next: dict[int, int] = {}
+        self._commit_every_s = commit_every_s
+        self._committed: dict[int, int] = {}  # what the last commit recorded
+        self._committed_at = 0.0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -143,6 +152,11 @@ class KafkaExperienceReader(ClosingContext):
 
     def read(self, max_chunks: int, timeout: float) -> list[ExperienceChunk]:
         """Up to ``max_chunks`` decoded chunks, waiting at most ``timeout`` for the first."""
+        chunks = self._read(max_chunks, timeout)
+        self._commit_if_due()
+        return chunks
+
+    def _read(self, max_chunks: int, timeout: float) -> list[ExperienceChunk]:
         consumer = self._client()
         messages = consumer.consume(max_chunks, 0)
         if not messages:
@@ -247,6 +261,39 @@ class KafkaExperienceReader(ClosingContext):
             self._client().commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
             raise unreachable(self.settings, self._timeout, exc.args[0]) from exc
+        self._committed, self._committed_at = dict(self._next), time.monotonic()
+
+    def _commit_if_due(self) -> None:
+        """Commit a moved position without waiting, at most every ``commit_every_s``.
+
+        Best effort: an asynchronous commit that fails is not reported (the next one, or
+        the trainer's synchronous ``commit()`` at its next version, records the position).
+        """
+        if self._commit_every_s is None or self._next == self._committed:
+            return
+        now = time.monotonic()
+        if now - self._committed_at < self._commit_every_s:
+            return
+        topic = self.topics.experience
+        offsets = [TopicPartition(topic, p, o) for p, o in self._next.items()]
+        try:
+            self._client().commit(offsets=offsets, asynchronous=True)
+        except KafkaException as exc:  # queued requests rarely fail at once; say so, go on
+            log.warning("could not commit the position of %s: %s", topic, exc.args[0])
+            return
+        self._committed, self._committed_at = dict(self._next), now
+
+    def cached_lag(self) -> Positions:
+        """Records not read yet per partition, against the ends the latest fetches reported
+        (no request to the broker: cheap enough for every progress event, which carries it
+        to ``/metrics``); a partition no fetch has reported on yet is left out."""
+        consumer, topic = self._client(), self.topics.experience
+        lag: Positions = {}
+        for partition, position in self._next.items():
+            ends = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
+            if ends is not None and ends[1] >= 0:
+                lag[partition] = max(0, int(ends[1]) - position)
+        return lag
 
     def end_offsets(self) -> Positions:
         """The current end (high watermark) of every partition."""

@@ -153,7 +153,8 @@ def test_positions_seek_and_commit(settings: KafkaSettings, topics: RunTopics) -
     with KafkaExperienceWriter(settings, topics.experience) as writer:
         for seq in range(40):
             writer.write(chunk(seq % 5, 0, seq // 5, 3))
-    with KafkaExperienceReader(settings, topics, "trainer") as reader:
+    # commit_every_s=None: only the explicit commit() records a position (read does not)
+    with KafkaExperienceReader(settings, topics, "trainer", commit_every_s=None) as reader:
         first: list[ExperienceChunk] = []
         while len(first) < 15:
             first += reader.read(15 - len(first), timeout=10)
