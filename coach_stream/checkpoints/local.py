@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import uuid
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -80,7 +81,7 @@ class LocalCheckpointStore(ClosingContext):
     def get(self, uri: str, expected_sha256: str | None = None) -> bytes:
         path = self._path_of(uri)
         try:
-            data = path.read_bytes()
+            data = _read_regular_file(path)
         except FileNotFoundError:
             raise CheckpointNotFoundError(
                 f"checkpoint {path.as_uri()} does not exist; it was deleted by retention or "
@@ -122,16 +123,51 @@ class LocalCheckpointStore(ClosingContext):
     # ------------------------------------------------------------------ helpers
 
     def _path_of(self, uri: str) -> Path:
-        """A ``file://`` uri as announced, or a key relative to this store's root."""
+        """A ``file://`` uri as announced, or a key relative to this store's root.
+
+        Only paths inside the root: the uri comes from the control topic, where a forged
+        announcement could otherwise make a worker read ``/dev/zero`` (memory until the
+        kernel kills it), block on a named pipe, or hash any file it can read.
+        """
         if "://" not in uri:
-            return self._root / check_key(uri)
-        parsed = urlparse(uri)
-        if parsed.scheme != "file":
-            raise CheckpointError(
-                f"{uri} is not a file:// address, but this worker's checkpoint store is "
-                f"{self._root.as_uri()}; configure workers with the trainer's checkpoint store."
+            path = self._root / check_key(uri)
+        else:
+            parsed = urlparse(uri)
+            if parsed.scheme != "file":
+                raise CheckpointError(
+                    f"{uri} is not a file:// address, but this worker's checkpoint store is "
+                    f"{self._root.as_uri()}; configure workers with the trainer's checkpoint "
+                    "store."
+                )
+            path = Path(unquote(parsed.path))
+        root = self._root.resolve()
+        try:
+            inside = "\x00" not in str(path) and path.resolve().is_relative_to(root)
+        except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13)
+            inside = False
+        if not inside:
+            raise CheckpointNotFoundError(
+                f"{uri[:200]!r} is not a file in this checkpoint store ({root.as_uri()}); "
+                "a worker loads policies only from its own store, so configure it with the "
+                "trainer's."
             )
-        return Path(unquote(parsed.path))
+        return path
+
+
+def _read_regular_file(path: Path) -> bytes:
+    """The bytes of ``path`` if it is a regular file (never a device, pipe or directory).
+
+    Opened without blocking and checked on the open descriptor, so nothing swapped in
+    between a check and the read can make it block or read without end.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise CheckpointNotFoundError(
+            f"{path.as_uri()} is not a regular file, so it cannot be a checkpoint."
+        )
+    with open(fd, "rb") as handle:
+        return handle.read()
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -120,3 +121,43 @@ def test_keys_cannot_escape_the_root(store: LocalCheckpointStore, key: str) -> N
 def test_a_gs_uri_names_the_misconfiguration(store: LocalCheckpointStore) -> None:
     with pytest.raises(CheckpointError, match="configure workers with the trainer's"):
         store.get("gs://bucket/runs/r1/policies/00000000.pt")
+
+
+# An announced uri comes from the control topic, which anyone allowed to write to it can
+# forge (found by tests/fuzz): reading must stay inside the store and never block or grow.
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "file:///dev/zero",  # read_bytes() grew until the kernel killed the worker
+        "file:///etc/hostname",
+        "file://elsewhere/etc/hostname",
+        "file:///tmp/a%00b.pt",  # ValueError (embedded null byte) crashed the worker
+        "runs/r1/policies/\x00.pt",
+    ],
+)
+def test_an_address_outside_the_store_is_refused_as_missing(
+    store: LocalCheckpointStore, uri: str
+) -> None:
+    with pytest.raises(CheckpointNotFoundError, match="is not a file in this checkpoint store"):
+        store.get(uri, expected_sha256="0" * 64)
+
+
+def test_a_symlink_out_of_the_store_is_refused(store: LocalCheckpointStore, tmp_path: Path) -> None:
+    (tmp_path / "secret").write_bytes(b"not yours")
+    store.put(policy_key("r1", 0), b"x")
+    link = store.root / "runs" / "r1" / "policies" / "00000001.pt"
+    link.symlink_to(tmp_path / "secret")
+    with pytest.raises(CheckpointNotFoundError, match="is not a file in this checkpoint store"):
+        store.get(link.as_uri())
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_only_regular_files_are_read(store: LocalCheckpointStore, kind: str) -> None:
+    store.put(policy_key("r1", 0), b"x")
+    target = store.root / "runs" / "r1" / "policies" / "00000001.pt"
+    if kind == "fifo":  # opening one for reading would block until a writer came
+        os.mkfifo(target)
+    else:
+        target.mkdir()
+    with pytest.raises(CheckpointNotFoundError, match="is not a regular file"):
+        store.get(target.as_uri())
