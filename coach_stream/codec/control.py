@@ -2,17 +2,27 @@
 
 The union branch travels by record name (fastavro's tuple notation), so adding a message
 type is adding a branch at the end of the union in a new schema version.
+
+Anyone who can write to the control topic can put valid Avro there that no trainer or
+evaluator would write: a negative size, an empty uri, a sha256 that no hash can match, a
+return of NaN. ``decode`` refuses those with a ``DecodeError`` (what the control subscriber
+counts and skips), so every consumer of a decoded message can rely on its fields. Encoding
+does not check them: a message built by coach_stream already holds, and the fault drills
+encode hostile ones on purpose.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 from typing import Any
 
 from coach_stream.codec.avro import SingleObjectCodec
 from coach_stream.codec.registry import SchemaRegistry, SchemaVersion
 from coach_stream.core import ControlMessage, EvaluationReport, PolicyVersion, RunFinished
-from coach_stream.errors import DecodeError, EncodeError
+from coach_stream.errors import ConfigError, DecodeError, EncodeError
+from coach_stream.runids import check_run_id
 
 CONTROL_SCHEMA = "io.coachstream.ControlMessage"
 _TYPES: dict[str, type[PolicyVersion] | type[RunFinished] | type[EvaluationReport]] = {
@@ -21,6 +31,41 @@ _TYPES: dict[str, type[PolicyVersion] | type[RunFinished] | type[EvaluationRepor
     "io.coachstream.EvaluationReport": EvaluationReport,
 }
 _NAMES = {cls: name for name, cls in _TYPES.items()}
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _problem(message: ControlMessage) -> str | None:
+    """What makes ``message`` one no coach_stream writer produces, or None."""
+    try:
+        check_run_id(message.run_id)
+    except ConfigError:
+        return f"run id {message.run_id[:120]!r} is one no run can have"
+    if isinstance(message, PolicyVersion):
+        if not _SHA256.fullmatch(message.sha256):
+            return f"sha256 {message.sha256[:80]!r} is not 64 lowercase hex digits"
+        if not message.uri:
+            return "uri is empty"
+        counters = [
+            ("version", message.version, 0),
+            ("size", message.size, 0),
+            ("trainer_step", message.trainer_step, 0),
+            ("env_steps", message.env_steps, 0),
+        ]
+    elif isinstance(message, RunFinished):
+        if not message.reason:
+            return "reason is empty"
+        counters = [("final_version", message.final_version, -1)]  # -1: none was announced
+    else:
+        if not all(math.isfinite(value) for value in message.returns):
+            return "returns hold NaN or infinity"
+        counters = [
+            ("policy_version", message.policy_version, 0),
+            ("env_steps", message.env_steps, 0),
+        ]
+    for name, value, minimum in counters:
+        if value < minimum:
+            return f"{name} is {value}, below {minimum}"
+    return None
 
 
 class ControlCodec:
@@ -59,6 +104,13 @@ class ControlCodec:
         if cls is EvaluationReport:
             fields["returns"] = tuple(fields["returns"])
         try:
-            return cls(**fields)
+            message = cls(**fields)
         except TypeError as exc:
             raise DecodeError(f"Control message {name} has unexpected fields ({exc}).") from exc
+        problem = _problem(message)
+        if problem is not None:
+            raise DecodeError(
+                f"{cls.__name__} is not one coach_stream writes: {problem}; it was forged "
+                "or corrupted, so it is skipped."
+            )
+        return message

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from coach_stream.codec import decode_control, encode_control
+from coach_stream.codec import SingleObjectCodec, decode_control, default_registry, encode_control
+from coach_stream.codec.control import CONTROL_SCHEMA
 from coach_stream.core import ControlMessage, EvaluationReport, PolicyVersion, RunFinished
 from coach_stream.errors import DecodeError, EncodeError
 
@@ -43,3 +44,64 @@ def test_non_control_object_is_refused() -> None:
 def test_garbage_is_a_decode_error() -> None:
     with pytest.raises(DecodeError):
         decode_control(b"\xc3\x01garbage!")
+
+
+def _record(kind: str, **fields: object) -> bytes:
+    """Valid Avro of a control message, whatever its values (what a forger can write)."""
+    registry = default_registry()
+    codec = SingleObjectCodec(registry, registry.latest(CONTROL_SCHEMA), return_record_name=True)
+    return codec.encode({"message": (f"io.coachstream.{kind}", fields)})
+
+
+_POLICY = {
+    "run_id": "run-1",
+    "version": 3,
+    "uri": "gs://b/runs/run-1/policies/00000003.pt",
+    "sha256": "ab" * 32,
+    "size": 10,
+    "trainer_step": 1,
+    "env_steps": 2,
+    "created_at_ms": 0,
+}
+_FINISHED = {"run_id": "run-1", "final_version": -1, "reason": "stopped", "created_at_ms": 0}
+_EVALUATION = {
+    "run_id": "run-1",
+    "policy_version": 0,
+    "env_steps": 0,
+    "returns": [1.0],
+    "created_at_ms": 0,
+}
+
+
+def test_the_least_a_writer_can_send_decodes() -> None:
+    assert decode_control(_record("PolicyVersion", **_POLICY)).version == 3
+    assert decode_control(_record("RunFinished", **_FINISHED)).final_version == -1
+    assert decode_control(_record("EvaluationReport", **_EVALUATION)).returns == (1.0,)
+
+
+# Found by tests/fuzz: these decoded, and each consumer had to guard against them itself.
+@pytest.mark.parametrize(
+    ("kind", "fields", "match"),
+    [
+        ("PolicyVersion", {**_POLICY, "sha256": "AB" * 32}, "sha256 'ABAB.*' is not 64 lowercase"),
+        ("PolicyVersion", {**_POLICY, "sha256": ""}, "sha256 '' is not 64 lowercase hex"),
+        ("PolicyVersion", {**_POLICY, "uri": ""}, "uri is empty"),
+        ("PolicyVersion", {**_POLICY, "version": -1}, "version is -1, below 0"),
+        ("PolicyVersion", {**_POLICY, "size": -(2**63)}, "size is -9223372036854775808, below 0"),
+        ("PolicyVersion", {**_POLICY, "trainer_step": -1}, "trainer_step is -1, below 0"),
+        ("PolicyVersion", {**_POLICY, "env_steps": -1}, "env_steps is -1, below 0"),
+        ("PolicyVersion", {**_POLICY, "run_id": ""}, "run id '' is one no run can have"),
+        ("RunFinished", {**_FINISHED, "run_id": "../x"}, r"run id '\.\./x' is one no run"),
+        ("RunFinished", {**_FINISHED, "final_version": -2}, "final_version is -2, below -1"),
+        ("RunFinished", {**_FINISHED, "reason": ""}, "reason is empty"),
+        ("EvaluationReport", {**_EVALUATION, "returns": [1.0, float("nan")]}, "returns hold NaN"),
+        ("EvaluationReport", {**_EVALUATION, "returns": [float("inf")]}, "returns hold NaN or inf"),
+        ("EvaluationReport", {**_EVALUATION, "policy_version": -5}, "policy_version is -5"),
+        ("EvaluationReport", {**_EVALUATION, "env_steps": -5}, "env_steps is -5, below 0"),
+    ],
+)
+def test_values_no_writer_produces_are_a_decode_error(
+    kind: str, fields: dict[str, object], match: str
+) -> None:
+    with pytest.raises(DecodeError, match=f"^{kind} is not one coach_stream writes: {match}"):
+        decode_control(_record(kind, **fields))
