@@ -1,0 +1,66 @@
+"""Fixtures of the fault drills: their own broker and emulator, and a supervising orchestrator.
+
+The drills are integration tests: they need Java 17 and the cached Kafka jars and
+fake-gcs-server binary (``coach-stream stack up`` provisions both). With
+``COACH_STREAM_REQUIRE_SERVICES=1`` (CI) a service that cannot start fails the drill;
+otherwise it is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from services import DrillBroker, DrillGcs
+
+from coach_stream.errors import CoachStreamError
+from coach_stream.orchestrators import LocalOrchestrator, SupervisorConfig, warm_supervisor
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+# As `coach-stream launch` supervises: tasks forked warm, restarted after a short backoff.
+SUPERVISION = warm_supervisor(
+    SupervisorConfig(initial_backoff_s=0.5, stop_grace_s=10.0, linger_s=10.0)
+)
+
+
+def unavailable(what: str, why: object) -> None:
+    message = f"{what} is not available: {why}"
+    if os.environ.get("COACH_STREAM_REQUIRE_SERVICES") == "1":
+        pytest.fail(message + " (COACH_STREAM_REQUIRE_SERVICES=1)", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture
+def drill_broker(tmp_path: Path) -> Iterator[DrillBroker]:
+    broker = DrillBroker(tmp_path / "kafka")
+    try:
+        broker.start()
+    except CoachStreamError as error:
+        broker.kill()
+        unavailable("a Kafka broker for the drill", error)
+    yield broker
+    broker.kill()
+
+
+@pytest.fixture
+def drill_gcs(tmp_path: Path) -> Iterator[DrillGcs]:
+    emulator = DrillGcs(tmp_path / "gcs")
+    try:
+        emulator.start()
+    except CoachStreamError as error:
+        emulator.kill()
+        unavailable("fake-gcs-server for the drill", error)
+    yield emulator
+    emulator.kill()
+
+
+@pytest.fixture
+def orchestrator(tmp_path: Path) -> Iterator[LocalOrchestrator]:
+    """Every run it still has at the end is stopped, so no drill leaves a process behind."""
+    orchestrator = LocalOrchestrator(tmp_path / "state", config=SUPERVISION)
+    yield orchestrator
+    for run_id in orchestrator.runs():
+        orchestrator.stop(run_id)
