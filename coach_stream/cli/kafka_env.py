@@ -100,10 +100,11 @@ def nomad_task_env(security: KafkaSecurity, secrets_var: str | None) -> dict[str
     """
     held = [ENV_VARS[f] for f in CREDENTIALS if getattr(security, f) is not None]
     if held and not secrets_var:
+        items = " ".join(f"{var}=..." for var in held)
         raise ConfigError(
             f"{', '.join(held)} must not be written into a Nomad job; store them in a Nomad "
-            f"Variable (`nomad var put coach-stream/kafka {held[0]}=...`) and pass "
-            "--secrets-var coach-stream/kafka (see docs/security.md)."
+            f"Variable (`nomad var put nomad/jobs/coach-stream-RUN {items}`) and pass its "
+            "path with --secrets-var (see docs/security.md)."
         )
     if security.protocol == "PLAINTEXT":
         return {}
