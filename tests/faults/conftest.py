@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from services import DrillBroker, DrillGcs
+from services import DrillBroker, DrillGcs, mount_tmpfs, unmount
 
 from coach_stream.errors import CoachStreamError
 from coach_stream.orchestrators import LocalOrchestrator, SupervisorConfig, warm_supervisor
@@ -43,6 +43,23 @@ def drill_broker(tmp_path: Path) -> Iterator[DrillBroker]:
         unavailable("a Kafka broker for the drill", error)
     yield broker
     broker.kill()
+
+
+@pytest.fixture
+def small_disk_broker(tmp_path: Path) -> Iterator[DrillBroker]:
+    """A broker whose log directory is a 256 MB tmpfs (a disk the drill can fill)."""
+    broker = DrillBroker(tmp_path / "kafka")
+    if why := mount_tmpfs(broker.layout.data, "256m"):
+        unavailable("a small disk for the broker (root may mount a tmpfs)", why)
+    try:
+        broker.start()
+    except CoachStreamError as error:
+        broker.kill()
+        unmount(broker.layout.data)
+        unavailable("a Kafka broker for the drill", error)
+    yield broker
+    broker.kill()
+    unmount(broker.layout.data)
 
 
 @pytest.fixture

@@ -132,3 +132,17 @@ def mount_tmpfs(path: Path, size: str) -> str | None:
 
 def unmount(path: Path) -> None:
     subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
+
+
+def fill_disk(directory: Path, leave_bytes: int) -> Path:
+    """Take all but ``leave_bytes`` of the free space of ``directory``'s filesystem with one
+    file (really allocated, not sparse); deleting the file gives the space back."""
+    stats = os.statvfs(directory)
+    free = stats.f_bavail * stats.f_frsize
+    filler = directory / "filler"
+    fd = os.open(filler, os.O_CREAT | os.O_WRONLY, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, max(free - leave_bytes, 1))
+    finally:
+        os.close(fd)
+    return filler

@@ -35,9 +35,10 @@ from typing import Any
 import numpy as np
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from services import DrillBroker, DrillGcs
+from services import DrillBroker, DrillGcs, fill_disk
 from timeline import Timeline
 
+from coach_stream import processes
 from coach_stream.codec import decode_chunk, encode_chunk, encode_control
 from coach_stream.core import (
     EvaluationReport,
@@ -125,30 +126,51 @@ class Drill:
         print(json.dumps(result))
 
 
-@pytest.fixture
-def drill(
-    orchestrator: LocalOrchestrator, drill_broker: DrillBroker, drill_gcs: DrillGcs
+def running_drill(
+    orchestrator: LocalOrchestrator, broker: DrillBroker, gcs: DrillGcs
 ) -> Iterator[Drill]:
     run_id = f"drill-{uuid.uuid4().hex[:10]}"
     settings = LaunchSettings(
         preset="cartpole-ppo",
         run_id=run_id,
         workers=len(WORKERS),
-        kafka_bootstrap=drill_broker.bootstrap,
+        kafka_bootstrap=broker.bootstrap,
         checkpoints=f"gs://{DEFAULT_BUCKET}/drills",
-        gcs_emulator=drill_gcs.endpoint,
+        gcs_emulator=gcs.endpoint,
         # The faults take minutes: a budget they cannot exhaust, and a learning rate that
         # does not anneal to 0 before the evaluator is let go.
         overrides=("env_step_budget=50000000", "ppo.anneal_lr=false"),
     )
     prepare_topics(settings)
     orchestrator.submit(build_run_spec(settings))
-    running = Drill(orchestrator, run_id, drill_broker, drill_gcs, Timeline(orchestrator, run_id))
+    running = Drill(orchestrator, run_id, broker, gcs, Timeline(orchestrator, run_id))
     yield running
     if report := os.environ.get("COACH_STREAM_DRILL_REPORT"):
         with Path(report).open("a") as out:
             for result in running.results:
                 out.write(json.dumps(result) + "\n")
+
+
+@pytest.fixture
+def drill(
+    orchestrator: LocalOrchestrator, drill_broker: DrillBroker, drill_gcs: DrillGcs
+) -> Iterator[Drill]:
+    yield from running_drill(orchestrator, drill_broker, drill_gcs)
+
+
+@pytest.fixture
+def disk_drill(
+    orchestrator: LocalOrchestrator, small_disk_broker: DrillBroker, drill_gcs: DrillGcs
+) -> Iterator[Drill]:
+    yield from running_drill(orchestrator, small_disk_broker, drill_gcs)
+
+
+@contextmanager
+def evaluator_held(drill: Drill) -> Iterator[None]:
+    """Hold the evaluator: only its reports can end the run, so it outlasts the faults."""
+    drill.timeline.wait("the evaluator to start", lambda: "evaluator" in drill.status(), 120)
+    with held(drill.pid("evaluator")):
+        yield
 
 
 @contextmanager
@@ -308,10 +330,7 @@ def acknowledged_by_key(drill: Drill) -> dict[str, int]:
 
 def test_a_sync_run_rides_through_every_fault_and_keeps_its_promises(drill: Drill) -> None:
     timeline = drill.timeline
-    timeline.wait("the evaluator to start", lambda: "evaluator" in drill.status(), 120)
-    evaluator = drill.pid("evaluator")
-    os.kill(evaluator, signal.SIGSTOP)  # the run cannot end before the last drill
-    try:
+    with evaluator_held(drill):
         drill.fault(
             "rollout worker kill -9", lambda: os.kill(drill.pid("rollout-0"), signal.SIGKILL)
         )
@@ -353,10 +372,15 @@ def test_a_sync_run_rides_through_every_fault_and_keeps_its_promises(drill: Dril
             ) >= dead_before + HOSTILE_RECORDS,
             timeout_s=60,
         )  # fmt: skip
-    finally:
-        os.kill(evaluator, signal.SIGCONT)
 
+    assert_promises_kept(drill)
+
+
+def assert_promises_kept(drill: Drill) -> None:
+    """The run solves; every drill recovered in time; nothing acknowledged was lost and
+    nothing was trained twice."""
     outcome = follow(drill.orchestrator, drill.run_id, timeout_s=600)
+    timeline = drill.timeline
     timeline.poll()
     assert outcome.solved, timeline.tail()
     assert drill.status()["trainer"].state is TaskState.COMPLETE
@@ -374,3 +398,24 @@ def test_a_sync_run_rides_through_every_fault_and_keeps_its_promises(drill: Dril
     for key, seqs in in_log.items():
         assert seqs == list(range(len(seqs))), f"{key}: gaps or repeats in the log"
         assert acked.get(key, -1) < len(seqs), f"{key}: acknowledged chunks missing"
+
+
+def test_a_broker_whose_disk_fills_stops_and_the_run_recovers_once_it_has_room(
+    disk_drill: Drill,
+) -> None:
+    drill = disk_drill
+
+    def disk_full() -> None:
+        filler = fill_disk(drill.broker.layout.data, leave_bytes=2 * 1024 * 1024)
+        try:
+            assert drill.broker.wait_exit(180), (
+                "the broker kept running on a full disk\n" + processes.tail(drill.broker.layout.log)
+            )
+            assert "No space left on device" in drill.broker.layout.log.read_text()
+        finally:
+            filler.unlink()  # the operator makes room ...
+        drill.broker.start()  # ... and starts the broker again
+
+    with evaluator_held(drill):
+        drill.fault("broker disk full", disk_full)
+    assert_promises_kept(drill)
