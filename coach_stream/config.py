@@ -220,6 +220,10 @@ class Preset(_Frozen):
     """How long the experience topic keeps its data (``launch --experience-retention``):
     ``forever``, a time (``7d``), a size per partition (``50GiB``) or both (``30d,100GiB``).
     Applied when the topic is created; see docs/replay.md for what happens when it runs out."""
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    """A Prometheus ``/metrics`` endpoint on the trainer (this port) and on rollout worker i
+    (this port + 1 + i); ``0``: any free port for each (``status`` shows them); unset: none.
+    ``launch --metrics-port``; see docs/observability.md."""
     network: NetworkConfig = Field(default_factory=NetworkConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)

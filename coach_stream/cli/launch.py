@@ -15,7 +15,7 @@ import json
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -27,6 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from coach_stream.cli import nomad as nomad_cli
+from coach_stream.cli import status as status_cli
 from coach_stream.cli.kafka_env import kafka_security, kafka_settings
 from coach_stream.cli.options import (
     DEFAULT_STATE_DIR,
@@ -70,6 +71,20 @@ class OrchestratorKind(enum.StrEnum):
     nomad = "nomad"
 
 
+MetricsPortOption = typer.Option(
+    None,
+    "--metrics-port",
+    min=0,
+    max=65535,
+    help="Serve Prometheus /metrics: the trainer on this port, rollout worker i on port+1+i; "
+    "0: any free port each (status shows them). Sets the preset's metrics_port.",
+)
+TensorBoardOption = typer.Option(
+    None,
+    "--tensorboard",
+    help="Write the run's TensorBoard scalars and metrics.csv under DIR/<run_id>/, from its "
+    "telemetry (docs/observability.md).",
+)
 StateDirOption = typer.Option(
     DEFAULT_STATE_DIR,
     "--state-dir",
@@ -171,6 +186,8 @@ def launch(
         help="How long the experience topic keeps data: forever, 7d, 50GiB, 30d,100GiB "
         "(default: the preset's experience_retention).",
     ),
+    metrics_port: int | None = MetricsPortOption,
+    tensorboard: Path | None = TensorBoardOption,
     dry_run: bool = nomad_cli.DryRunOption,
     job_format: nomad_cli.JobFormat = nomad_cli.FormatOption,
     nomad_addr: str | None = nomad_cli.NomadAddrOption,
@@ -202,11 +219,13 @@ def launch(
     signal.signal(signal.SIGTERM, _interrupt)
     if experience_retention is not None:  # a preset override, so every task sees it too
         overrides = [*overrides, f"experience_retention={experience_retention}"]
+    if metrics_port is not None:
+        overrides = [*overrides, f"metrics_port={metrics_port}"]
     plan = _plan(
         preset, workers, run_id, checkpoints, kafka, gcs_emulator, seed, overrides, state_dir
     )
     if orchestrator_kind is OrchestratorKind.nomad:
-        _launch_on_nomad(plan, nomad_flags, detach, timeout, started)
+        _launch_on_nomad(plan, nomad_flags, detach, timeout, started, tensorboard)
         return
     orchestrator = _orchestrator(state_dir)
     _check_run_free(orchestrator, plan)
@@ -229,6 +248,7 @@ def launch(
                 f"coach-stream logs {settings.run_id} -f"
             )
             err.print(f"  coach-stream stop {settings.run_id}")
+            _detached_tensorboard_hint(settings.run_id, tensorboard, err)
             typer.echo(settings.run_id)
             return
         loaded = plan.preset
@@ -238,10 +258,32 @@ def launch(
         )
         followed = _LocalWithTelemetry(orchestrator, settings.kafka_settings())
         following = time.monotonic()
-        outcome = _follow_live(followed, settings.run_id, loaded, err, timeout)
+        with _scalars(settings.kafka_settings(), settings.run_id, tensorboard, err) as scalars:
+            outcome = _follow_live(followed, settings.run_id, loaded, err, timeout, scalars)
         _print_outcome(outcome, str(orchestrator.run_dir(outcome.run_id).logs_dir))
         _print_timing(outcome, running_s, following - started, err)
     raise typer.Exit(_exit_code(outcome, err))
+
+
+@contextlib.contextmanager
+def _scalars(
+    kafka: KafkaSettings, run_id: str, tensorboard: Path | None, err: Console
+) -> Iterator[status_cli.TelemetryScalars | None]:
+    """TensorBoard/CSV written from the run's telemetry while the launcher follows it."""
+    if tensorboard is None:
+        yield None
+        return
+    with status_cli.TelemetryScalars(kafka, run_id, tensorboard) as scalars:
+        err.print(f"run {run_id}: TensorBoard scalars and metrics.csv in {scalars.path}")
+        yield scalars
+
+
+def _detached_tensorboard_hint(run_id: str, tensorboard: Path | None, err: Console) -> None:
+    if tensorboard is not None:
+        err.print(
+            f"  nothing follows a detached run: write its scalars with "
+            f"`coach-stream status {run_id} --watch --tensorboard {tensorboard}`"
+        )
 
 
 def _print_timing(outcome: RunOutcome, running_s: float, follow_at_s: float, err: Console) -> None:
@@ -259,6 +301,7 @@ def _launch_on_nomad(
     detach: bool,
     timeout: float | None,
     started: float,
+    tensorboard: Path | None = None,
 ) -> None:
     """Register the run's job, wait for its allocations, then follow it from Kafka."""
     err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -307,6 +350,7 @@ def _launch_on_nomad(
         err.print(
             f"  coach-stream scale {run_id} --workers N   |   coach-stream stop {run_id} --purge"
         )
+        _detached_tensorboard_hint(run_id, tensorboard, err)
         typer.echo(run_id)
         return
     loaded = plan.preset
@@ -315,7 +359,8 @@ def _launch_on_nomad(
         f"{settings.workers} workers on Nomad, checkpoints {plan.checkpoints}"
     )
     following = time.monotonic()
-    outcome = _follow_live(orchestrator, run_id, loaded, err, timeout)
+    with _scalars(settings.kafka_settings(), run_id, tensorboard, err) as scalars:
+        outcome = _follow_live(orchestrator, run_id, loaded, err, timeout, scalars)
     _print_outcome(outcome, hint)
     _print_timing(outcome, running_s, following - started, err)
     raise typer.Exit(_exit_code(outcome, err))
@@ -424,18 +469,22 @@ def _follow_live(
     preset: Preset,
     err: Console,
     timeout: float | None,
+    scalars: status_cli.TelemetryScalars | None = None,
 ) -> RunOutcome:
     started = time.monotonic()
+    poll_scalars: Callable[[], None] = scalars.poll if scalars else lambda: None
     if err.is_terminal:
         with Live(console=err, refresh_per_second=2, transient=False) as live:
 
             def update(progress: RunProgress, record: RunRecord) -> None:
+                poll_scalars()
                 live.update(render(preset, progress, record, time.monotonic() - started))
 
             return _follow_interruptible(orchestrator, run_id, preset, update, timeout)
     last_print = [0.0]
 
     def plain(progress: RunProgress, record: RunRecord) -> None:
+        poll_scalars()
         now = time.monotonic()
         if now - last_print[0] < 5.0:
             return
@@ -487,12 +536,31 @@ def status(
     nomad_token: str | None = nomad_cli.NomadTokenOption,
     nomad_namespace: str | None = nomad_cli.NomadNamespaceOption,
     nomad_region: str | None = nomad_cli.NomadRegionOption,
+    watch: bool = typer.Option(
+        False, "--watch", "-w", help="Refresh in place until the run finishes (Ctrl-C: exit)."
+    ),
+    interval: float = typer.Option(2.0, "--interval", min=0.2, help="--watch: seconds."),
+    tensorboard: Path | None = TensorBoardOption,
 ) -> None:
-    """Show a run's tasks (state, pid, restarts) and its latest figures.
+    """Show a run: every task (SILENT when it stopped reporting), the trainer's throughput,
+    consumer lag and checkpoint, the return and its trend (docs/observability.md).
 
-    For a run on Nomad the figures come from the run's telemetry topic on Kafka, so this
-    works from any machine that reaches Nomad and the broker.
+    The view comes from Kafka alone (the run's telemetry topic and the broker), for a
+    local run and a run on Nomad alike. A run whose topic cannot be read (a stopped broker)
+    falls back to its orchestrator: run.json and log files, or the Nomad API. With --json,
+    the orchestrator's view as one JSON object.
     """
+    if run_id is not None and not as_json:
+        shown = _status_from_kafka(run_id, kafka, watch, interval, tensorboard)
+        if shown:
+            _print_local_failure(state_dir, run_id)
+            return
+        if watch or tensorboard is not None:
+            raise ConfigError(
+                f"status --watch/--tensorboard read the run's telemetry on Kafka, and no broker "
+                f"at {kafka or 'the local stack'} has run {run_id!r}; pass --kafka or check "
+                "the run id."
+            )
     if run_id is not None and _on_nomad(orchestrator_kind, state_dir, run_id, nomad_addr):
         kafka = kafka or LocalStack(default_cache_dir()).kafka_bootstrap()
         on_nomad = nomad_cli.orchestrator_for(
@@ -661,6 +729,34 @@ def _local_progress(orchestrator: LocalOrchestrator, run_id: str, kafka: str | N
         if isinstance(on_kafka, RunProgress):
             return on_kafka
     return read_progress(orchestrator.run_dir(run_id).logs_dir)
+
+
+def _status_from_kafka(
+    run_id: str, kafka: str | None, watch: bool, interval: float, tensorboard: Path | None
+) -> bool:
+    """Show the run from its telemetry topic; False when no broker has that topic."""
+    address = kafka or LocalStack(default_cache_dir()).kafka_bootstrap()
+    if not address:
+        return False
+    settings = kafka_settings(address)
+    if not status_cli.telemetry_exists(settings, run_id):
+        return False
+    try:
+        status_cli.show_status(
+            settings, run_id, watch=watch, interval_s=interval, tensorboard=tensorboard
+        )
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    return True
+
+
+def _print_local_failure(state_dir: Path, run_id: str) -> None:
+    """A local run's failure (a task kept crashing), which only its run.json records."""
+    orchestrator = _orchestrator(state_dir)
+    if orchestrator.run_dir(run_id).exists():
+        failure = orchestrator.record(run_id).failure
+        if failure:
+            Console(highlight=False).print(f"failure: {failure}")
 
 
 def _on_nomad(

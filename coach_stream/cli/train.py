@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Mapping
 
 import torch
 import typer
@@ -29,8 +30,10 @@ from coach_stream.cli.options import (
     checkpoint_url,
     load_run_preset,
 )
+from coach_stream.core import EventSink
 from coach_stream.envs import SeedRole, probe_shape, process_seed
 from coach_stream.events import JsonLines
+from coach_stream.observability.prometheus import metrics_endpoint
 from coach_stream.replay.retention import parse_retention
 from coach_stream.trainer.device import resolve_device
 from coach_stream.trainer.loop import Trainer
@@ -92,11 +95,28 @@ def train(
         KafkaControlSubscriber(settings, topics) as control,
         KafkaControlPublisher(settings, topics) as publisher,
         TelemetrySink(settings, topics, run_id, "trainer") as telemetry,
+        metrics_endpoint(config.metrics_port, run_id, "trainer") as endpoint,
     ):
-        # Events on stdout (the local orchestrator's logs) and on the telemetry topic (what
-        # launch/status read, wherever this process runs).
-        events = fan_out(JsonLines(sys.stdout, "trainer"), telemetry)
-        telemetry(STARTED, {"workers": workers})
+        # Events on stdout (the local orchestrator's logs), on the telemetry topic (what
+        # launch/status read, wherever this process runs) and, if asked for, on /metrics.
+        sinks: list[EventSink] = [JsonLines(sys.stdout, "trainer"), telemetry]
+        if endpoint is not None:
+            sinks.append(endpoint.exporter)
+        events = with_read_positions(fan_out(*sinks), reader)
+        telemetry(
+            STARTED,
+            {
+                "workers": workers,
+                "preset": config.name,
+                "env_id": config.env_id,
+                "algorithm": config.algorithm,
+                "mode": config.mode.value,
+                "target_return": config.target_return,
+                "env_step_budget": config.env_step_budget,
+            },
+        )
+        if endpoint is not None:
+            events("metrics", endpoint.announcement())
         # Connect first: the producer id is acquired on librdkafka's threads while the
         # learner is built (its first optimizer imports torch._dynamo, ~2 s), instead of
         # delaying version 0, which every worker is waiting for, by ~0.5 s.
@@ -115,6 +135,23 @@ def train(
             generator,
         )
         trainer.run()
+
+
+def with_read_positions(sink: EventSink, reader: KafkaExperienceReader) -> EventSink:
+    """``sink`` with the trainer's read positions and consumer lag added to each progress
+    event (``status`` measures lag from them, ``/metrics`` shows it): the loop knows only
+    the ``ExperienceReader`` protocol, this process knows it reads Kafka."""
+
+    def enriched(event: str, fields: Mapping[str, object]) -> None:
+        if event == "progress":
+            fields = {
+                **fields,
+                "rollout/positions": reader.positions(),
+                "rollout/consumer_lag": reader.cached_lag(),
+            }
+        sink(event, fields)
+
+    return enriched
 
 
 def register(app: typer.Typer) -> None:

@@ -44,6 +44,8 @@ class TaskTelemetry:
     progress: dict[str, Any] | None = None
     previous: dict[str, Any] | None = None
     """The "progress" event before ``progress`` (rates between the two)."""
+    evaluation: dict[str, Any] | None = None
+    """Its last "evaluation" event (the evaluator's rounds)."""
     metrics_url: str | None = None
     """Its Prometheus endpoint, from its "metrics" event."""
     exited: str | None = None
@@ -124,6 +126,8 @@ class RunTelemetry:
                 self.run_info = {k: v for k, v in event.items() if k not in ("event", "time")}
         elif kind == "progress":
             seen.previous, seen.progress = seen.progress, event
+        elif kind == "evaluation":
+            seen.evaluation = event
         elif kind == "metrics":
             url = event.get("url")
             seen.metrics_url = url if isinstance(url, str) else None

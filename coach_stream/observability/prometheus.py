@@ -19,6 +19,7 @@ the trainer's ``coach_stream_eval_mean_return``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -216,3 +217,17 @@ class MetricsEndpoint(ClosingContext):
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+@contextlib.contextmanager
+def metrics_endpoint(
+    base_port: int | None, run_id: str, task: str
+) -> Iterator[MetricsEndpoint | None]:
+    """The task's endpoint for the preset's ``metrics_port`` while the block runs (None
+    when the port is unset, or ``task`` serves none)."""
+    port = task_port(base_port, task)
+    if port is None:
+        yield None
+        return
+    with MetricsEndpoint(port, run_id, task) as endpoint:
+        yield endpoint

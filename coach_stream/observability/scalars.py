@@ -11,7 +11,7 @@ each time, so ``DIR/<run_id>/`` holds the run once:
   figure added later needs no new column);
 - TensorBoard scalars tagged ``<task>/<series>`` (``trainer/time/env_steps``,
   ``rollout-0/env_steps_per_s``, ``evaluator/mean_return``), at the task's own env steps
-  (the evaluator's at the trainer's), with the event's wall time.
+  (the evaluator's: those of the version it evaluated), with the event's wall time.
 """
 
 from __future__ import annotations
@@ -80,8 +80,8 @@ class ScalarLog(ClosingContext):
             else:
                 step = int(figures.get("env_steps", 0))
         elif kind == "evaluation" and task != "trainer":  # the trainer echoes the evaluator
-            figures = {k: v for k, v in numeric_fields(event).items() if k != "policy_version"}
-            step = self._trainer_steps
+            figures = numeric_fields(event)
+            step = int(figures.get("env_steps", self._trainer_steps))  # its version's steps
         else:
             return
         for series, value in sorted(figures.items()):

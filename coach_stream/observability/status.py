@@ -170,14 +170,16 @@ def _task_row(seen: TaskTelemetry, latest_version: float | None, now: float) -> 
     else:
         silent = quiet > limit
         state = "SILENT" if silent else "running"
-    if seen.name == TRAINER:
+    episodes = chunks = lag = None
+    if seen.name == TRAINER:  # it announces the versions: no lag of its own
         rate, version = seen.figure("time/env_steps_per_s"), seen.figure("time/policy_version")
-        episodes = chunks = None
+    elif seen.progress is None and seen.evaluation is not None:  # the evaluator
+        rate, version = None, number(seen.evaluation.get("policy_version"))
+        episodes = number(seen.evaluation.get("episodes"))
     else:
         rate, version = seen.figure("env_steps_per_s"), seen.figure("policy_version")
         episodes, chunks = seen.figure("episodes"), seen.figure("chunks")
-    lag = None
-    if version is not None and latest_version is not None:
+    if seen.name != TRAINER and version is not None and latest_version is not None:
         lag = max(0.0, latest_version - version)
     return TaskRow(
         seen.name, state, silent, quiet, limit, restarts, rate, episodes, version, lag, chunks,

@@ -4,8 +4,9 @@
 (high watermark) and the trainer group's committed offset, and, where records wait
 unread, the timestamp of the oldest of them (so lag is shown in seconds as well as
 records); and the size of the dead-letter topic. The trainer reads with ``assign`` and
-commits at each policy version, so a probe in its group (it only reads ``committed`` and
-fetches by offset, never commits or joins) disturbs nothing. A trainer's own newer read
+commits its position while it reads, so a probe in its group (it only reads ``committed``
+and fetches by offset, never commits or joins) disturbs nothing (``transport.backlog``
+asks the same of the total, for the workers' rate limit). A trainer's own newer read
 position (its "progress" events carry it) may be passed in: the lag is measured from
 whichever of the two is further on.
 
@@ -50,11 +51,6 @@ class BrokerFigures:
     dead_letters: int | None = None
     """Records in the run's dead-letter topic (None: the topic does not exist yet)."""
     error: str | None = None
-
-
-def trainer_group(settings: KafkaSettings, run_id: str) -> str:
-    """The consumer group the trainer commits its positions in (``coach-stream train``)."""
-    return f"{settings.topic_prefix}.{run_id}.trainer"
 
 
 class BrokerProbe(ClosingContext):

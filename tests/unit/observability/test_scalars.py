@@ -21,7 +21,7 @@ def events() -> list[tuple[str, dict[str, object]]]:
         ("rollout-0", {"event": "progress", "time": T0 + 1, "worker_id": 0, "env_steps": 300,
                        "env_steps_per_s": 150.0, "acked_chunk_seqs": '{"0/0": 3}'}),
         ("evaluator", {"event": "evaluation", "time": T0 + 2, "policy_version": 1,
-                       "mean_return": 42.0, "episodes": 20}),
+                       "env_steps": 200, "mean_return": 42.0, "episodes": 20}),
         ("trainer", {"event": "evaluation", "time": T0 + 2, "mean_return": 42.0}),  # an echo
         ("trainer", {"event": "progress", "time": T0 + 3, "time/env_steps": 512,
                      "time/updates_per_s": 3.0}),
@@ -48,8 +48,10 @@ def test_the_csv_has_every_series_once_in_long_form(tmp_path: Path) -> None:
         ("trainer", "time/transitions_consumed", 256): 288.0,
         ("rollout-0", "env_steps", 300): 300.0,
         ("rollout-0", "env_steps_per_s", 300): 150.0,
-        ("evaluator", "mean_return", 256): 42.0,  # at the trainer's env steps then
-        ("evaluator", "episodes", 256): 20.0,
+        ("evaluator", "mean_return", 200): 42.0,  # at the env steps of the version evaluated
+        ("evaluator", "episodes", 200): 20.0,
+        ("evaluator", "policy_version", 200): 1.0,
+        ("evaluator", "env_steps", 200): 200.0,
         ("trainer", "time/env_steps", 512): 512.0,
         ("trainer", "time/updates_per_s", 512): 3.0,
         ("trainer", "time/transitions_consumed", 512): 512.0,
@@ -70,4 +72,4 @@ def test_tensorboard_reads_the_same_scalars_and_a_rebuild_does_not_repeat_them(
     steps = [(s.step, s.value) for s in board.Scalars("trainer/time/updates_per_s")]
     assert steps == [(256, 2.0), (512, 3.0)]
     (eval_point,) = board.Scalars("evaluator/mean_return")
-    assert (eval_point.step, eval_point.value, eval_point.wall_time) == (256, 42.0, T0 + 2)
+    assert (eval_point.step, eval_point.value, eval_point.wall_time) == (200, 42.0, T0 + 2)

@@ -101,9 +101,12 @@ def test_exited_and_starting_tasks_are_not_silent() -> None:
 def test_the_evaluator_is_judged_by_its_own_rhythm() -> None:
     telemetry = RunTelemetry("r1")
     for round_, t in enumerate((0.0, 8.0, 16.0)):  # one round every 8 s
-        telemetry.feed("evaluator", {"event": "evaluation", "time": T0 + t,
-                                     "mean_return": 10.0 * round_, "episodes": 20})  # fmt: skip
+        event = {"event": "evaluation", "time": T0 + t, "policy_version": round_,
+                 "mean_return": 10.0 * round_, "episodes": 20}  # fmt: skip
+        telemetry.feed("evaluator", event)
     assert silent_after(telemetry.tasks["evaluator"]) == 24.0
+    row = build_status(telemetry, NO_BROKER, now=T0 + 16).task("evaluator")
+    assert (row.state, row.policy_version, row.episodes) == ("running", 2, 20)
     assert not build_status(telemetry, NO_BROKER, now=T0 + 16 + 23).silent
     assert build_status(telemetry, NO_BROKER, now=T0 + 16 + 25).silent == ["evaluator"]
 
@@ -111,6 +114,7 @@ def test_the_evaluator_is_judged_by_its_own_rhythm() -> None:
 def test_policy_lag_of_each_worker_is_behind_the_trainers_newest_version() -> None:
     status = build_status(run_with_four_workers(), NO_BROKER, now=T0 + 20)
     assert status.task("trainer").policy_version == 20
+    assert status.task("trainer").policy_lag is None  # it announces the versions
     assert status.task("rollout-0").policy_lag == 0  # acts with 20
     assert status.task("rollout-3").policy_lag == 1  # acts with 19
     assert status.task("rollout-1").policy_lag == 16  # stopped while acting with 4
