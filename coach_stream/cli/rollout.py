@@ -35,6 +35,7 @@ from coach_stream.core import Actor, EventSink, Mode, PolicySource, RunFinished
 from coach_stream.envs import SeedRole, env_seeds, env_shape, make_vector_env, process_seed
 from coach_stream.errors import ServiceUnavailableError
 from coach_stream.events import JsonLines
+from coach_stream.observability.prometheus import metrics_endpoint
 from coach_stream.rollout.evaluator import Evaluator
 from coach_stream.rollout.worker import RolloutWorker, WorkerSettings
 from coach_stream.transport.admin import check_broker
@@ -87,10 +88,19 @@ def rollout(
         checkpoint_url(checkpoints),
         gcs_emulator,
     )
-    with TelemetrySink(settings, topics, run_id, process.task) as telemetry:
-        # stdout for the local orchestrator's logs, the telemetry topic for launch/status.
-        events = fan_out(JsonLines(sys.stdout, process.task), telemetry)
+    with (
+        TelemetrySink(settings, topics, run_id, process.task) as telemetry,
+        metrics_endpoint(config.metrics_port, run_id, process.task) as endpoint,
+    ):
+        # stdout for the local orchestrator's logs, the telemetry topic for launch/status,
+        # and /metrics when the preset asks for it.
+        sinks: list[EventSink] = [JsonLines(sys.stdout, process.task), telemetry]
+        if endpoint is not None:
+            sinks.append(endpoint.exporter)
+        events = fan_out(*sinks)
         telemetry(STARTED, {"worker_id": worker_id})
+        if endpoint is not None:
+            events("metrics", endpoint.announcement())
         finished = process.run(events)
         events("exit", {"reason": finished.reason, "final_version": finished.final_version})
 
