@@ -1,0 +1,206 @@
+"""Fuzz: the experience decoder and the trainer's door take any bytes without crashing.
+
+Property: every input decodes to a chunk that keeps every invariant (it re-encodes to the
+same bytes) or raises ``DecodeError``, the one error ``KafkaExperienceReader`` catches to
+dead-letter a record; never another exception, never a hang, never an allocation that
+grows with a declared length instead of the bytes actually present.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from coach_stream.codec import ChunkCodec, ChunkSpec, decode_chunk, default_registry, encode_chunk
+from coach_stream.codec.chunks import CHUNK_SCHEMA
+from coach_stream.core import ExperienceChunk
+from coach_stream.errors import DecodeError, InvalidChunkError
+from coach_stream.transport.reader import KafkaExperienceReader
+from coach_stream.transport.settings import KafkaSettings, RunTopics
+
+from .hostile import (
+    FUZZ,
+    NUM_ACTIONS,
+    OBS_SHAPE,
+    RUN_ID,
+    TIMEOUT,
+    arbitrary_bytes,
+    bounded_memory,
+    genuine_chunks,
+    hostile_chunk_records,
+    mutated,
+    one_of_kinds,
+)
+
+pytestmark = TIMEOUT
+
+GENUINE = genuine_chunks().map(encode_chunk)
+ANY_RECORD = one_of_kinds(arbitrary_bytes(CHUNK_SCHEMA), GENUINE, hostile_chunk_records())
+SPEC = ChunkSpec(run_id=RUN_ID, obs_shape=OBS_SHAPE, obs_dtype="float32", num_actions=NUM_ACTIONS)
+
+
+def decode_or_reject(data: bytes) -> ExperienceChunk | None:
+    """The chunk in ``data``, or None when the decoder refused it the one allowed way."""
+    try:
+        with bounded_memory(len(data)):
+            return decode_chunk(data)
+    except DecodeError:
+        return None
+
+
+def assert_valid(chunk: ExperienceChunk) -> None:
+    """A decoded chunk passes every check the writer makes and round-trips bit-exactly."""
+    encoded = encode_chunk(chunk)  # raises EncodeError for a chunk that breaks an invariant
+    assert encode_chunk(decode_chunk(encoded)) == encoded
+
+
+@FUZZ
+@given(st.binary(max_size=512))
+def test_arbitrary_bytes_decode_or_raise_decode_error(data: bytes) -> None:
+    chunk = decode_or_reject(data)
+    if chunk is not None:
+        assert_valid(chunk)
+
+
+@FUZZ
+@given(arbitrary_bytes(CHUNK_SCHEMA))
+def test_bytes_behind_a_valid_header_decode_or_raise_decode_error(data: bytes) -> None:
+    chunk = decode_or_reject(data)
+    if chunk is not None:
+        assert_valid(chunk)
+
+
+@FUZZ
+@given(GENUINE.flatmap(mutated))
+def test_damaged_records_decode_or_raise_decode_error(data: bytes) -> None:
+    chunk = decode_or_reject(data)
+    if chunk is not None:
+        assert_valid(chunk)
+
+
+@FUZZ
+@given(hostile_chunk_records())
+def test_hostile_field_values_decode_or_raise_decode_error(data: bytes) -> None:
+    chunk = decode_or_reject(data)
+    if chunk is not None:
+        assert_valid(chunk)
+
+
+@FUZZ
+@given(st.one_of(GENUINE.flatmap(mutated), hostile_chunk_records()))
+def test_fast_reader_and_fastavro_give_the_same_answer(data: bytes) -> None:
+    codec = ChunkCodec(default_registry())
+    try:
+        reference = codec.decode_generic(data)
+    except DecodeError:
+        with pytest.raises(DecodeError):
+            codec.decode(data)
+        return
+    # compared as bytes: a NaN field is equal to itself only there
+    assert codec.encode(codec.decode(data)) == codec.encode(reference)
+
+
+@FUZZ
+@given(ANY_RECORD)
+def test_the_trainers_door_lets_through_only_chunks_that_fit_the_run(data: bytes) -> None:
+    chunk = decode_or_reject(data)
+    if chunk is None:
+        return
+    try:
+        SPEC.check(chunk)
+    except InvalidChunkError:
+        return
+    assert chunk.run_id == RUN_ID and chunk.num_steps > 0
+    assert chunk.observations.shape[1:] == OBS_SHAPE and chunk.observations.dtype == "float32"
+    assert chunk.actions.dtype == "int64" and chunk.actions.shape == (chunk.num_steps,)
+    assert chunk.actions.min() >= 0 and chunk.actions.max() < NUM_ACTIONS
+
+
+# ------------------------------------------------------------------ the reader's dead letters
+
+
+class FakeMessage:
+    """What ``KafkaExperienceReader.read`` reads of a confluent_kafka ``Message``."""
+
+    def __init__(self, value: bytes | None, offset: int) -> None:
+        self._value, self._offset = value, offset
+
+    def error(self) -> None:
+        return None
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return self._offset
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def key(self) -> bytes:
+        return b"0/0"
+
+    def topic(self) -> str:
+        return "coach-stream.fuzz-run.experience"
+
+
+class FakeConsumer:
+    def __init__(self, messages: list[FakeMessage]) -> None:
+        self.messages = messages
+
+    def consume(self, num_messages: int, timeout: float) -> list[FakeMessage]:
+        taken, self.messages = self.messages[:num_messages], self.messages[num_messages:]
+        return taken
+
+    def poll(self, timeout: float) -> FakeMessage | None:
+        return self.messages.pop(0) if self.messages else None
+
+    def commit(self, *args: object, **kwargs: object) -> None:
+        pass  # positions only inform lag tools
+
+
+class FakeDeadLetter:
+    def __init__(self) -> None:
+        self.records: list[tuple[bytes | None, bytes, dict[str, str]]] = []
+
+    def produce(self, key: bytes | None, value: bytes, headers: list[tuple[str, str]]) -> None:
+        self.records.append((key, value, dict(headers)))
+
+    def flush(self, timeout: float) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def reader_over(values: list[bytes | None]) -> tuple[KafkaExperienceReader, FakeDeadLetter]:
+    settings = KafkaSettings(bootstrap_servers="127.0.0.1:9")  # never contacted
+    reader = KafkaExperienceReader(settings, RunTopics.for_run(RUN_ID), "fuzz", spec=SPEC)
+    dead = FakeDeadLetter()
+    fakes: dict[str, Any] = {
+        "_consumer": FakeConsumer([FakeMessage(v, i) for i, v in enumerate(values)]),
+        "_dead_letter": dead,
+        "_next": {0: 0},
+    }
+    reader.__dict__.update(fakes)
+    return reader, dead
+
+
+@FUZZ
+@given(st.lists(st.none() | ANY_RECORD, min_size=1, max_size=8))
+def test_the_reader_returns_good_chunks_and_dead_letters_the_rest(
+    values: list[bytes | None],
+) -> None:
+    reader, dead = reader_over(values)
+    chunks = reader.read(max_chunks=len(values), timeout=0.0)
+    assert len(chunks) + len(dead.records) == len(values)
+    assert reader.stats.dead_lettered == len(dead.records)
+    assert reader.positions() == {0: len(values)}
+    for chunk in chunks:
+        SPEC.check(chunk)
+    for _key, value, headers in dead.records:
+        assert value in [v or b"" for v in values]  # the original bytes, untouched
+        assert headers["error"] and headers["error.kind"] in ("invalid", "undecodable")
