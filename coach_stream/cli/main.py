@@ -26,6 +26,7 @@ COMMAND_MODULES: dict[str, str] = {
     "status": "coach_stream.cli.launch",
     "logs": "coach_stream.cli.launch",
     "stop": "coach_stream.cli.launch",
+    "resume": "coach_stream.cli.resume",
     "scale": "coach_stream.cli.nomad",
     "train": "coach_stream.cli.train",
     "rollout": "coach_stream.cli.rollout",

@@ -89,13 +89,52 @@ class LocalOrchestrator:
             config=self._config,
         )
         run_dir.write(record)
+        self._start_supervisor(run_dir)
+
+    def resume(self, run_id: str) -> None:
+        """Start a failed or stopped run's tasks again, as recorded in its run.json.
+
+        Nothing is lost by the restart: the trainer resumes from its newest trainer state
+        and its stored positions, and each worker continues its envs' ``chunk_seq`` after
+        its last chunk in the log. A run still running, or one that completed (its trainer
+        published ``RunFinished``), is refused with the reason.
+        """
+        run_dir = self.run_dir(run_id)
+        if not run_dir.exists():
+            raise OrchestratorError(
+                f"No run {run_id!r} in {run_dir.path.parent}; `coach-stream status` lists "
+                "the runs there (or pass the --state-dir the run was launched with)."
+            )
+        record = self.record(run_id)
+        if not record.state.terminal:
+            raise OrchestratorError(
+                f"Run {run_id!r} is still {record.state.value}; follow it with "
+                f"`coach-stream status {run_id}`, or stop it first to start it again."
+            )
+        if record.state is RunState.COMPLETE:
+            raise OrchestratorError(
+                f"Run {run_id!r} completed (its trainer ended it); there is nothing to resume: "
+                "launch a new run id to train again."
+            )
+        fresh = RunRecord(
+            run_id=run_id,
+            tasks=[TaskRecord(task.spec) for task in record.tasks],
+            config=record.config,
+            created_at_ms=record.created_at_ms,
+        )
+        run_dir.write(fresh)
+        self._start_supervisor(run_dir)
+
+    def _start_supervisor(self, run_dir: RunDirectory) -> None:
+        """Start the run's supervisor and wait until it has started every task."""
+        run_id = run_dir.run_id
         argv = [
             self._python, "-m", "coach_stream.orchestrators.supervisor",
-            "--state-dir", str(self.state_dir), "--run-id", spec.run_id,
+            "--state-dir", str(self.state_dir), "--run-id", run_id,
         ]  # fmt: skip
         with run_dir.supervisor_log.open("ab") as log:
             process = popen_detached(argv, log)
-        self._supervisors[spec.run_id] = process
+        self._supervisors[run_id] = process
         try:
             self._wait_started(run_dir, process)
         except BaseException:

@@ -126,6 +126,7 @@ def test_unknown_runs_are_one_line(ws: Workspace) -> None:
     refused(ws.run("status", "nope", *state), says="No run 'nope'")
     refused(ws.run("logs", "nope", *state), says="No run 'nope'")
     refused(ws.run("stop", "nope", *state), says="No run 'nope'")
+    refused(ws.run("resume", "nope", *state), says="No run 'nope'")
 
 
 def test_stack_status_exits_1_when_its_services_are_stopped(ws: Workspace) -> None:

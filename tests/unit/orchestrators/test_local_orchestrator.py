@@ -211,3 +211,29 @@ def test_tasks_that_exit_on_their_own_after_the_trainer_are_complete(tmp_path: P
     orchestrator.submit(RunSpec("r10", (trainer, task("w", "import time; time.sleep(0.2)"))))
     assert orchestrator.wait("r10", timeout=20) is RunState.COMPLETE
     assert {s.state for s in orchestrator.status("r10")} == {TaskState.COMPLETE}
+
+
+def test_a_stopped_run_resumes_with_its_recorded_tasks(orchestrator: LocalOrchestrator) -> None:
+    orchestrator.submit(RunSpec("r9", (task("trainer", SLEEP, group="trainer"), task("w", SLEEP))))
+    with pytest.raises(OrchestratorError, match="still running"):
+        orchestrator.resume("r9")
+    orchestrator.stop("r9")
+    before = {s.name: s.pid for s in orchestrator.status("r9")}
+
+    orchestrator.resume("r9")
+
+    record = orchestrator.record("r9")
+    assert record.state is RunState.RUNNING
+    after = {s.name: s for s in orchestrator.status("r9")}
+    assert set(after) == {"trainer", "w"}
+    assert all(s.state is TaskState.RUNNING and s.pid != before[n] for n, s in after.items())
+    assert all(s.restarts == 0 for s in after.values())
+
+
+def test_a_completed_or_unknown_run_is_not_resumed(orchestrator: LocalOrchestrator) -> None:
+    orchestrator.submit(RunSpec("r10", (task("trainer", "print('done')", group="trainer"),)))
+    assert orchestrator.wait("r10", timeout=20) is RunState.COMPLETE
+    with pytest.raises(OrchestratorError, match="completed"):
+        orchestrator.resume("r10")
+    with pytest.raises(OrchestratorError, match="No run 'nope'"):
+        orchestrator.resume("nope")
