@@ -29,6 +29,9 @@ from coach_stream.transport.settings import KafkaSettings
 
 WINDOW = 64
 MAX_WINDOW = 4096
+MAX_CHUNK_SEQ = 2**62
+"""A ``chunk_seq`` at or above this is not a worker's (2**62 chunks at a million a second take
+146,000 years): continuing after it could overflow the Avro long, so it is skipped."""
 _BATCH = 500
 _METADATA_SETTLE_S = 10.0
 
@@ -166,8 +169,17 @@ class _Scan:
 
 
 def _chunk_seq(message: Message) -> int | None:
-    """The record's chunk_seq, or None for a record that does not decode (skipped)."""
+    """The record's chunk_seq, or None for a record the worker cannot have written (skipped).
+
+    Besides undecodable records, that is a chunk whose body names another worker or env than
+    its key, and one with an absurd ``chunk_seq``: anyone who can write to the topic could
+    otherwise file a chunk with ``chunk_seq`` 2**63 - 1 under a worker's key, and that
+    worker would crash on every restart (its next ``chunk_seq`` fits no int64).
+    """
     try:
-        return decode_chunk(message.value() or b"").chunk_seq
+        chunk = decode_chunk(message.value() or b"")
     except DecodeError:
         return None
+    if message.key() != chunk.key.encode() or chunk.chunk_seq >= MAX_CHUNK_SEQ:
+        return None
+    return chunk.chunk_seq

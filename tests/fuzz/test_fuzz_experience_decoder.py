@@ -8,16 +8,19 @@ grows with a declared length instead of the bytes actually present.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from coach_stream.codec import ChunkCodec, ChunkSpec, decode_chunk, default_registry, encode_chunk
 from coach_stream.codec.chunks import CHUNK_SCHEMA
 from coach_stream.core import ExperienceChunk
 from coach_stream.errors import DecodeError, InvalidChunkError
+from coach_stream.testing.chunks import make_chunk
+from coach_stream.transport import tail
 from coach_stream.transport.reader import KafkaExperienceReader
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 
@@ -204,3 +207,40 @@ def test_the_reader_returns_good_chunks_and_dead_letters_the_rest(
     for _key, value, headers in dead.records:
         assert value in [v or b"" for v in values]  # the original bytes, untouched
         assert headers["error"] and headers["error.kind"] in ("invalid", "undecodable")
+
+
+# ------------------------------------------------------------------ a restarted worker's scan
+
+
+class KeyedMessage(FakeMessage):
+    def __init__(self, value: bytes, key: bytes) -> None:
+        super().__init__(value, 0)
+        self._key = key
+
+    def key(self) -> bytes:
+        return self._key
+
+
+# Found while fuzzing: a chunk_seq of 2**63 - 1 filed under a worker's key made it continue
+# at 2**63 (OverflowError in the chunker on every restart); a chunk of worker 3 env 2
+# filed under key 0/0 moved worker 0's counter.
+@FUZZ
+@given(ANY_RECORD, st.sampled_from([b"0/0", b"3/1", b"70/70"]))
+@example(encode_chunk(replace(make_chunk(), chunk_seq=2**63 - 1)), b"3/2")
+@example(encode_chunk(replace(make_chunk(), chunk_seq=2**62)), b"3/2")
+@example(encode_chunk(make_chunk()), b"0/0")
+def test_a_restarted_worker_continues_only_at_chunk_seqs_it_can_write(
+    data: bytes, key: bytes
+) -> None:
+    message: Any = KeyedMessage(data, key)
+    seq = tail._chunk_seq(message)
+    if seq is None:
+        return
+    chunk = decode_chunk(data)
+    assert chunk.key.encode() == key  # its own record, not one filed under its key
+    assert 0 <= seq < tail.MAX_CHUNK_SEQ  # the next chunk_seqs still fit an Avro long
+
+
+def test_the_scan_still_takes_a_workers_own_chunk_seq() -> None:
+    message: Any = KeyedMessage(encode_chunk(replace(make_chunk(), chunk_seq=41)), b"3/2")
+    assert tail._chunk_seq(message) == 41
