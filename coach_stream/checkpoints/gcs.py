@@ -188,7 +188,13 @@ class GcsCheckpointStore(ClosingContext):
         return f"{self._prefix}/{key}" if self._prefix else key
 
     def _locate(self, uri: str) -> tuple[str, str]:
-        """(bucket, object name) of an announced ``gs://`` uri, or of a key in this store."""
+        """(bucket, object name) of an announced ``gs://`` uri, or of a key in this store.
+
+        Any object of this store's bucket (a trainer may write under another prefix), but
+        only this bucket: the uri comes from the control topic, where a forged announcement
+        could otherwise make every worker download any object its credentials can read,
+        however large.
+        """
         if "://" not in uri:
             return self._bucket_name, self._name(uri)
         parsed = urlparse(uri)
@@ -197,6 +203,12 @@ class GcsCheckpointStore(ClosingContext):
                 f"{uri} is not a gs://bucket/object address, but this worker's checkpoint store "
                 f"is gs://{self._bucket_name}/{self._prefix}; configure workers with the "
                 "trainer's checkpoint store."
+            )
+        if parsed.netloc != self._bucket_name:
+            raise CheckpointNotFoundError(
+                f"{uri[:200]} is not in this worker's bucket gs://{self._bucket_name}; a worker "
+                "loads policies only from its own checkpoint store, so configure it with the "
+                "trainer's."
             )
         return parsed.netloc, parsed.path.lstrip("/")
 

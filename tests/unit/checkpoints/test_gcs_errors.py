@@ -9,7 +9,7 @@ from google.auth import exceptions as auth_exc
 from google.cloud import storage
 
 from coach_stream.checkpoints import GcsCheckpointStore, RetryPolicy
-from coach_stream.errors import CheckpointError, StoreUnavailableError
+from coach_stream.errors import CheckpointError, CheckpointNotFoundError, StoreUnavailableError
 
 NO_WAIT = RetryPolicy(attempts=2, initial_backoff_s=0.0, deadline_s=1.0)
 
@@ -70,3 +70,11 @@ def test_addresses_of_other_schemes_are_refused(store: GcsCheckpointStore) -> No
 def test_invalid_bucket_names_are_refused() -> None:
     with pytest.raises(CheckpointError, match="gs://BUCKET/PREFIX"):
         GcsCheckpointStore("a/b")
+
+
+def test_an_address_in_another_bucket_is_refused_as_missing(store: GcsCheckpointStore) -> None:
+    # A forged PolicyVersion could otherwise make every worker download any object its
+    # credentials can read, however large (found while fuzzing the control handler).
+    with pytest.raises(CheckpointNotFoundError, match="is not in this worker's bucket gs://my-"):
+        store.get("gs://other-bucket/exp/runs/r/policies/00000000.pt", expected_sha256="0" * 64)
+    assert store._client is None  # refused before any request
