@@ -31,6 +31,7 @@ from coach_stream.transport.settings import KafkaSettings, RunTopics
 from coach_stream.transport.writer import KafkaRecordProducer
 
 log = logging.getLogger(__name__)
+_undecodable_log = clients.RateLimitedLog(log, prefix="")
 
 _DRAIN_BATCH = 500
 _CATCH_UP_SLICE_S = 0.2
@@ -147,8 +148,10 @@ class KafkaControlSubscriber(ClosingContext):
                 decoded.append(decode_control(message.value() or b""))
             except DecodeError as exc:
                 self.undecodable += 1
-                log.warning(
-                    "skipping undecodable control message %s@%s: %s", self._topic, offset, exc
+                _undecodable_log.emit(  # one line per 30 s, with how many were held back
+                    logging.WARNING,
+                    f"skipping undecodable control message {self._topic}@{offset}: {exc}",
+                    key=f"undecodable {self._topic}",
                 )
         return decoded
 

@@ -219,13 +219,13 @@ class KafkaExperienceReader(ClosingContext):
         self.stats.dead_lettered += 1
         self.stats.invalid += invalid
         reason = str(error)
-        _dead_letter_log.log(
+        # One line per kind of fault and topic every 30 s (with how many were held back):
+        # a flood of hostile records must not flood the log too. Each record's reason is
+        # in its dead-letter copy's headers.
+        _dead_letter_log.emit(
             logging.WARNING,
-            "dead-lettering %s[%s]@%s: %s",
-            message.topic(),
-            message.partition(),
-            message.offset(),
-            reason,
+            f"dead-lettering {message.topic()}[{message.partition()}]@{message.offset()}: {reason}",
+            key=f"{message.topic()} {type(error).__name__} {invalid}",
         )
         self._dead_letter.produce(
             message.key(),

@@ -210,7 +210,7 @@ def hostile(kind: int, rng: np.random.Generator, good: bytes) -> bytes:
 
 
 def test_hostile_records_are_dead_lettered_and_good_ones_delivered(
-    settings: KafkaSettings, topics: RunTopics
+    settings: KafkaSettings, topics: RunTopics, caplog: pytest.LogCaptureFixture
 ) -> None:
     rng = np.random.default_rng(7)
     good_chunks = [chunk(w, 0, s, 6) for s in range(30) for w in range(10)]
@@ -225,8 +225,12 @@ def test_hostile_records_are_dead_lettered_and_good_ones_delivered(
                 bad[key] = (len(bad) % 6, value)
                 producer.produce(key, value)
     assert len(bad) == 100
-    received, reader = read_all(settings, topics)
+    with caplog.at_level("WARNING", logger="coach_stream.transport.reader"):
+        received, reader = read_all(settings, topics)
     assert reader.stats.dead_lettered == 100
+    # A flood of bad records is not a flood of log lines: one per kind of fault per 30 s.
+    lines = [r for r in caplog.records if "dead-lettering" in r.getMessage()]
+    assert 1 <= len(lines) <= 5, [r.getMessage() for r in lines]
     assert sorted((c.worker_id, c.chunk_seq) for c in received) == sorted(
         (c.worker_id, c.chunk_seq) for c in good_chunks
     )
