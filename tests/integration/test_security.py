@@ -6,7 +6,8 @@ own, from the local stack's cached jars; it has no unauthenticated listener. Wit
 jars (or Java) the module is skipped, and fails under ``COACH_STREAM_REQUIRE_SERVICES=1``.
 The SCRAM password of its user is a marker (``s3cret-MARKER-<hex>``) that the last test
 looks for in every file of a real run (logs, ``run.json``, checkpoints) and every output
-(``launch``, ``status``, ``logs``, the Nomad job of ``--dry-run`` as JSON and HCL).
+(``launch``, ``status``, ``logs``, the Nomad job of ``--dry-run`` as JSON and HCL); a run on
+the Nomad API double shows the tasks get the credentials from a Nomad Variable only.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from pathlib import Path
 
 import pytest
 import secure_kafka
+from nomad_double import NomadDouble
 from secure_kafka import SecureBroker
 
 from coach_stream.errors import AuthenticationError
+from coach_stream.orchestrators.nomad_job import job_id
 from coach_stream.testing.chunks import make_chunk
 from coach_stream.transport import (
     KafkaExperienceReader,
@@ -282,3 +285,37 @@ def test_the_password_appears_nowhere_a_run_writes_or_prints(
     assert _files_holding(tmp_path, secret) == []
     leaked = [r for r in outputs if MARKER in r.stdout + r.stderr]
     assert leaked == []
+
+
+def test_on_nomad_credentials_reach_the_tasks_only_through_a_variable(
+    broker: SecureBroker, nomad_double: NomadDouble, tmp_path: Path
+) -> None:
+    """A real run on the Nomad double (tasks are processes that inherit nothing of the
+    launcher's environment): they log in with the Variable's credentials, which appear in
+    no job sent or stored and in no log, state or checkpoint file."""
+    run_id = f"sec-nomad-{uuid.uuid4().hex[:8]}"
+    path = f"nomad/jobs/{job_id(run_id)}"  # readable by the job's own workload identity
+    nomad_double.set_variable(
+        path,
+        {"COACH_STREAM_KAFKA_SASL_USERNAME": USER, "COACH_STREAM_KAFKA_SASL_PASSWORD": MARKER},
+    )
+    env = {**broker.env(), "NOMAD_ADDR": nomad_double.address}
+    env["NOMAD_TOKEN"] = nomad_double.token or ""
+    launched = cli(
+        "launch", "cartpole-ppo", "--orchestrator", "nomad", "--workers", "1",
+        "--run-id", run_id, "--secrets-var", path, "--state-dir", str(tmp_path / "state"),
+        "--checkpoints", str(tmp_path / "checkpoints"), "--set", "env_step_budget=2048",
+        "--timeout", "300",
+        env=env, cwd=tmp_path, timeout=480,
+    )  # fmt: skip
+    assert launched.code == 1, launched.stderr[-3000:]
+    assert f"run {run_id}: budget_exhausted" in launched.stdout, launched.stdout
+    assert "Traceback" not in launched.stderr
+    assert MARKER not in launched.stdout + launched.stderr
+    assert nomad_double.secrets_in_jobs(MARKER, USER) == []
+    nomad_double.assert_no_violations()
+    # Only Nomad's rendered template (a task's secrets/ dir) holds it: that is how it came.
+    holding = _files_holding(nomad_double.root, MARKER.encode())
+    assert holding, "no task received the Variable's credentials"
+    assert [p for p in holding if "/secrets/" not in p] == []
+    assert _files_holding(tmp_path, MARKER.encode()) == []
