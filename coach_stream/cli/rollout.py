@@ -39,6 +39,7 @@ from coach_stream.observability.prometheus import metrics_endpoint
 from coach_stream.rollout.evaluator import Evaluator
 from coach_stream.rollout.worker import RolloutWorker, WorkerSettings
 from coach_stream.transport.admin import check_broker
+from coach_stream.transport.backlog import KafkaExperienceBacklog, trainer_group
 from coach_stream.transport.control import KafkaControlPublisher, KafkaControlSubscriber
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 from coach_stream.transport.telemetry import STARTED, TelemetrySink, fan_out
@@ -180,10 +181,18 @@ class RolloutProcess:
         seeds: list[int],
         events: EventSink,
     ) -> RunFinished:
-        """Act and write experience to the run's experience topic."""
+        """Act and write experience to the run's experience topic (ASYNC with a rate limit:
+        no further ahead of the trainer's reading than the preset allows)."""
         kafka = experience_producer_settings(self.kafka, self.config)
-        with KafkaExperienceWriter(kafka, self.topics.experience) as writer:
-            return RolloutWorker(envs, actor, writer, source, settings, seeds, events).run()
+        group = trainer_group(self.kafka, self.run_id)
+        with (
+            KafkaExperienceWriter(kafka, self.topics.experience) as writer,
+            KafkaExperienceBacklog(self.kafka, self.topics, group) as backlog,  # lazy: no I/O
+        ):
+            worker = RolloutWorker(
+                envs, actor, writer, source, settings, seeds, events, backlog=backlog
+            )
+            return worker.run()
 
 
 def experience_producer_settings(kafka: KafkaSettings, preset: Preset) -> KafkaSettings:
