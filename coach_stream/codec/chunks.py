@@ -9,6 +9,7 @@ count): the trainer's reader checks it at the door.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -124,11 +125,17 @@ class ChunkSpec:
                 f"actions span {actions.min()}..{actions.max()}, outside the run's "
                 f"0..{self.num_actions - 1}",
             )
-        # a NaN reward or log-prob makes every later loss NaN: the model is lost silently
+        # a NaN observation, reward or log-prob makes every later loss NaN: the model is
+        # lost silently (integer frames cannot hold one, so they are not scanned)
+        if obs.dtype.kind == "f" and not np.isfinite(obs).all():
+            self._fail(chunk, "observations hold NaN or infinity")
         if not np.isfinite(chunk.rewards).all():
             self._fail(chunk, "rewards hold NaN or infinity")
         if chunk.log_probs is not None and not np.isfinite(chunk.log_probs).all():
             self._fail(chunk, "log_probs hold NaN or infinity")
+        # the mean training return every progress event reports
+        if chunk.episode_return is not None and not math.isfinite(chunk.episode_return):
+            self._fail(chunk, f"episode_return is {chunk.episode_return}")
 
     def _check_continuous(self, chunk: ExperienceChunk) -> None:
         actions = chunk.actions.reshape(chunk.num_steps, -1)

@@ -311,7 +311,10 @@ def hostile_chunk_records(draw: st.DrawFn) -> bytes:
         "episode_return": st.none() | hostile_floats(),
         "episode_length": st.none() | longs(),
         "created_at_ms": longs(),
-        "observations": hostile_tensors(),
+        "observations": hostile_tensors()
+        | st.lists(hostile_floats(), min_size=(steps + 1) * 3, max_size=(steps + 1) * 3).map(
+            lambda v: {**_floats_tensor(v), "shape": [steps + 1, *OBS_SHAPE]}
+        ),
         "actions": hostile_tensors()
         | st.lists(longs(), min_size=steps, max_size=steps).map(
             lambda v: _floats_tensor(v, "float64")
@@ -325,9 +328,10 @@ def hostile_chunk_records(draw: st.DrawFn) -> bytes:
         | st.lists(hostile_floats(), min_size=steps, max_size=steps).map(_floats_tensor),
         "values": st.none() | hostile_tensors(),
     }
-    for name in draw(
-        st.lists(st.sampled_from(sorted(hostile)), min_size=1, max_size=4, unique=True)
-    ):
+    # mostly one bad field, so it reaches the checks after those the others would trip
+    count = draw(st.sampled_from([1, 1, 1, 2, 3, 4]))
+    names = st.lists(st.sampled_from(sorted(hostile)), min_size=count, max_size=count, unique=True)
+    for name in draw(names):
         record[name] = draw(hostile[name])
     return _codec(CHUNK_SCHEMA).encode(record)
 

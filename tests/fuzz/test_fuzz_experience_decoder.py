@@ -8,9 +8,11 @@ grows with a declared length instead of the bytes actually present.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -120,6 +122,41 @@ def test_the_trainers_door_lets_through_only_chunks_that_fit_the_run(data: bytes
     assert chunk.observations.shape[1:] == OBS_SHAPE and chunk.observations.dtype == "float32"
     assert chunk.actions.dtype == "int64" and chunk.actions.shape == (chunk.num_steps,)
     assert chunk.actions.min() >= 0 and chunk.actions.max() < NUM_ACTIONS
+    # a NaN or infinity that reaches a learner makes its loss NaN: the model is lost silently
+    assert np.isfinite(chunk.observations).all() and np.isfinite(chunk.rewards).all()
+    assert chunk.log_probs is None or np.isfinite(chunk.log_probs).all()
+    assert chunk.episode_return is None or math.isfinite(chunk.episode_return)
+
+
+def fitting_chunk() -> ExperienceChunk:
+    chunk = make_chunk(obs_shape=OBS_SHAPE)
+    return replace(chunk, run_id=RUN_ID, actions=chunk.actions % NUM_ACTIONS)
+
+
+# Found by the test above: an infinite observation or episode return passed the door (the
+# first makes every later loss NaN, the second the reported training return).
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        ("observations", np.float32("inf"), "observations hold NaN or infinity"),
+        ("observations", np.float32("nan"), "observations hold NaN or infinity"),
+        ("episode_return", float("inf"), "episode_return is inf"),
+        ("episode_return", float("nan"), "episode_return is nan"),
+    ],
+)
+def test_non_finite_observations_and_returns_are_refused_at_the_door(
+    field: str, value: float, reason: str
+) -> None:
+    good = fitting_chunk()
+    SPEC.check(good)
+    if field == "observations":
+        observations = good.observations.copy()
+        observations[-1, 0] = value
+        bad = replace(good, observations=observations)
+    else:
+        bad = replace(good, episode_return=value)
+    with pytest.raises(InvalidChunkError, match=reason):
+        SPEC.check(decode_chunk(encode_chunk(bad)))
 
 
 # ------------------------------------------------------------------ the reader's dead letters
