@@ -21,6 +21,7 @@ from coach_stream.codec import ChunkCodec, ChunkSpec, decode_chunk, default_regi
 from coach_stream.codec.chunks import CHUNK_SCHEMA
 from coach_stream.core import ExperienceChunk
 from coach_stream.errors import DecodeError, InvalidChunkError
+from coach_stream.replay.columnar import ChunkColumns, decode_columns, from_chunks
 from coach_stream.testing.chunks import make_chunk
 from coach_stream.transport import tail
 from coach_stream.transport.reader import KafkaExperienceReader
@@ -281,3 +282,29 @@ def test_a_restarted_worker_continues_only_at_chunk_seqs_it_can_write(
 def test_the_scan_still_takes_a_workers_own_chunk_seq() -> None:
     message: Any = KeyedMessage(encode_chunk(replace(make_chunk(), chunk_seq=41)), b"3/2")
     assert tail._chunk_seq(message) == 41
+
+
+# ------------------------------------------------------------------ replay's batch decoder
+
+
+@FUZZ
+@given(st.lists(st.one_of(GENUINE, ANY_RECORD), min_size=1, max_size=6))
+def test_replays_batch_decoder_accepts_only_what_the_codec_decodes_the_same(
+    values: list[bytes],
+) -> None:
+    with bounded_memory(sum(map(len, values)), factor=16):
+        columns, ok = decode_columns(values)
+    assert len(ok) == len(values)
+    if not ok.any():
+        assert columns is None
+        return
+    assert columns is not None
+    expected = from_chunks([decode_chunk(v) for v, kept in zip(values, ok, strict=True) if kept])
+    for name in ChunkColumns.__dataclass_fields__:
+        mine, codec = getattr(columns, name), getattr(expected, name)
+        if isinstance(codec, np.ndarray):
+            assert isinstance(mine, np.ndarray), name
+            assert (mine.dtype, mine.shape) == (codec.dtype, codec.shape), name
+            assert mine.tobytes() == codec.tobytes(), name
+        else:
+            assert mine == codec, name
