@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -114,6 +114,7 @@ class Trainer:
         self._eval_returns: deque[float] = deque(maxlen=settings.eval_episodes)
         self._train_returns: deque[float] = deque(maxlen=100)
         self._lag_sum = self._lag_count = 0
+        self._lag_counts: Counter[int] = Counter()  # chunks per lag: the report's histogram
         self._metrics: dict[str, float] = {}
         self._after_refill: list[ExperienceChunk] = []  # read past the stored positions
         self._seconds = {"read_s": 0.0, "learn_s": 0.0, "publish_s": 0.0}  # where time goes
@@ -217,8 +218,10 @@ class Trainer:
         self.env_steps -= ingested.stale_steps
         for chunk in chunks:
             self.env_steps += chunk.num_steps
-            self._lag_sum += max(0, self.version - chunk.policy_version)
+            lag = max(0, self.version - chunk.policy_version)
+            self._lag_sum += lag
             self._lag_count += 1
+            self._lag_counts[lag] += 1
             if chunk.episode_return is not None:
                 self._train_returns.append(chunk.episode_return)
 
@@ -433,6 +436,7 @@ class Trainer:
             "time/wall_s": now - self._started,
             **{f"time/{name}": seconds for name, seconds in self._seconds.items()},
             "rollout/policy_lag_mean": self._lag_sum / self._lag_count if self._lag_count else None,
+            "rollout/policy_lag_counts": dict(self._lag_counts),  # {lag: chunks} this interval
             "rollout/dropped_stale": self.dropped_stale,
             "rollout/dropped_stale_steps": self.dropped_stale_steps,
             "rollout/dead_lettered": self.reader.dead_lettered,  # records unfit to train on
@@ -448,4 +452,5 @@ class Trainer:
         }
         self.events("progress", fields)
         self._lag_sum = self._lag_count = 0
+        self._lag_counts.clear()
         self._last_log = (now, self.env_steps, self.learner.updates)
