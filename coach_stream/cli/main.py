@@ -31,6 +31,7 @@ COMMAND_MODULES: dict[str, str] = {
     "train": "coach_stream.cli.train",
     "rollout": "coach_stream.cli.rollout",
     "replay": "coach_stream.cli.replay",
+    "report": "coach_stream.cli.report",
 }
 """Which module registers each top-level command (a module may register several)."""
 
