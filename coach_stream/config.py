@@ -44,6 +44,7 @@ class NetworkConfig(_Frozen):
     (``()``: one linear layer, CleanRL's Atari agent; ``[64]``: rl-starter-files' MiniGrid
     heads)."""
     activation: Literal["tanh", "relu"] = "tanh"
+    """The hidden layers' activation function."""
 
 
 class RolloutConfig(_Frozen):
@@ -84,32 +85,47 @@ class PPOConfig(_Frozen):
     steps_per_update: int | None = Field(default=None, ge=1)
     """SYNC quota of steps of version v; default workers * num_envs * num_steps."""
     learning_rate: float = Field(default=1e-3, gt=0)
+    """Adam's learning rate (its start value when ``anneal_lr``)."""
     anneal_lr: bool = True
     """Decay the learning rate linearly over ``anneal_steps`` env steps, down to a floor of
     5 % of ``learning_rate`` (so a run that goes past ``anneal_steps`` still learns)."""
     anneal_steps: int | None = Field(default=None, ge=1)
     """Default: the preset's env_step_budget."""
     gamma: float = Field(default=0.98, gt=0, le=1)
+    """Discount factor of the returns."""
     gae_lambda: float = Field(default=0.8, ge=0, le=1)
+    """GAE's lambda: the bias/variance trade-off of the advantage estimates."""
     minibatch_size: int = Field(default=256, ge=1)
     """Steps per gradient step; the quota is split into ceil(quota / minibatch_size)."""
     update_epochs: int = Field(default=20, ge=1)
+    """Passes over each quota of steps (K epochs of minibatch updates)."""
     norm_adv: bool = True
+    """Normalize the advantages within each minibatch."""
     clip_coef: float = Field(default=0.2, gt=0)
+    """The surrogate objective's clipping range (epsilon); also the value clip."""
     clip_vloss: bool = False
+    """Clip the value loss around the values the batch was acted with."""
     ent_coef: float = Field(default=0.0, ge=0)
+    """Weight of the entropy bonus in the loss."""
     vf_coef: float = Field(default=0.5, ge=0)
+    """Weight of the value loss in the loss."""
     max_grad_norm: float = Field(default=0.5, gt=0)
+    """Gradients are clipped to this global norm."""
     target_kl: float | None = None
+    """Stop the update's epochs early once the approximate KL exceeds it (null: never)."""
 
 
 class DQNConfig(_Frozen):
     """Deep Q-learning with double-Q targets, a replay buffer and a samples-per-insert limit."""
 
     learning_rate: float = Field(default=2.3e-3, gt=0)
+    """Adam's learning rate."""
     buffer_size: int = Field(default=100_000, ge=1)
+    """Transitions the replay buffer holds (the oldest are replaced)."""
     batch_size: int = Field(default=64, ge=1)
+    """Transitions per gradient step."""
     gamma: float = Field(default=0.99, gt=0, le=1)
+    """Discount factor of the targets."""
     learning_starts: int = Field(default=1_000, ge=0)
     """Env steps in the buffer before the first gradient step."""
     samples_per_insert: float = Field(default=32.0, gt=0)
@@ -119,24 +135,34 @@ class DQNConfig(_Frozen):
     target_update_every: int = Field(default=128, ge=1)
     """Gradient steps between target-network syncs."""
     tau: float = Field(default=1.0, gt=0, le=1)
+    """Polyak factor of each target-network sync (1.0: a copy)."""
     double_q: bool = True
+    """Double-Q targets: the online network picks the next action, the target net values it."""
     publish_every: int = Field(default=128, ge=1)
     """Gradient steps between policy versions."""
     exploration_initial_eps: float = Field(default=1.0, ge=0, le=1)
+    """Epsilon of the workers' epsilon-greedy policy at the start."""
     exploration_final_eps: float = Field(default=0.04, ge=0, le=1)
+    """Epsilon once ``exploration_steps`` env steps have passed."""
     exploration_steps: int = Field(default=8_000, ge=1)
     """Env steps (as counted by the trainer) over which epsilon decays linearly."""
     max_grad_norm: float = Field(default=10.0, gt=0)
+    """Gradients are clipped to this global norm."""
 
 
 class SACConfig(_Frozen):
     """Soft Actor-Critic for continuous actions (Haarnoja et al. 2018; CleanRL/SB3 names)."""
 
     policy_lr: float = Field(default=1e-3, gt=0)
+    """Adam's learning rate of the policy."""
     q_lr: float = Field(default=1e-3, gt=0)
+    """Adam's learning rate of the two Q-networks and of the temperature (``autotune``)."""
     buffer_size: int = Field(default=1_000_000, ge=1)
+    """Transitions the replay buffer holds (the oldest are replaced)."""
     batch_size: int = Field(default=256, ge=1)
+    """Transitions per gradient step."""
     gamma: float = Field(default=0.99, gt=0, le=1)
+    """Discount factor of the targets."""
     tau: float = Field(default=0.005, gt=0, le=1)
     """Polyak factor of the target Q-networks, applied after every gradient step."""
     learning_starts: int = Field(default=1_000, ge=0)
@@ -145,6 +171,7 @@ class SACConfig(_Frozen):
     samples_per_insert: float = Field(default=256.0, gt=0)
     """Sampled transitions per inserted one (256: one gradient step per env step, SB3's)."""
     spi_tolerance: float = Field(default=8_192.0, ge=0)
+    """Slack, in samples, before the limiter makes the trainer stop sampling or reading."""
     policy_frequency: int = Field(default=1, ge=1)
     """Gradient steps per policy (and temperature) step (CleanRL uses 2, SB3 1)."""
     alpha: float = Field(default=1.0, gt=0)
@@ -152,6 +179,7 @@ class SACConfig(_Frozen):
     autotune: bool = True
     """Learn alpha toward ``target_entropy`` (default -|A|, the SAC paper's)."""
     target_entropy: float | None = None
+    """The entropy ``autotune`` steers toward (null: -|A|, the action dimension)."""
     publish_every: int = Field(default=64, ge=1)
     """Gradient steps between policy versions."""
 
@@ -160,7 +188,9 @@ class IMPALAConfig(_Frozen):
     """IMPALA's learner with V-trace targets (Espeholt et al. 2018), ASYNC on-policy."""
 
     learning_rate: float = Field(default=1e-3, gt=0)
+    """Adam's learning rate."""
     gamma: float = Field(default=0.99, gt=0, le=1)
+    """Discount factor of the V-trace targets."""
     batch_steps: int = Field(default=512, ge=1)
     """Env steps per gradient step: the newest chunks, whatever version acted them."""
     rho_bar: float = Field(default=1.0, gt=0)
@@ -170,8 +200,11 @@ class IMPALAConfig(_Frozen):
     pg_rho_bar: float = Field(default=1.0, gt=0)
     """Truncation of the importance weight in the policy-gradient term."""
     vf_coef: float = Field(default=0.5, ge=0)
+    """Weight of the value loss in the loss."""
     ent_coef: float = Field(default=0.01, ge=0)
+    """Weight of the entropy bonus in the loss."""
     max_grad_norm: float = Field(default=40.0, gt=0)
+    """Gradients are clipped to this global norm."""
     max_lag: int = Field(default=50, ge=0)
     """Chunks acted more than this many versions behind are dropped as stale (counted)."""
     publish_every: int = Field(default=1, ge=1)
@@ -193,6 +226,8 @@ class TrainerConfig(_Frozen):
     refill_idle_s: float = Field(default=30.0, gt=0)
     """A resuming DQN re-reads the log into replay; it stops short after this long idle."""
     log_every_s: float = Field(default=1.0, gt=0)
+    """Seconds between the trainer's progress events (the telemetry ``status`` and ``report``
+    read)."""
     device: Literal["auto", "cpu", "cuda"] = "cpu"
     """Where the trainer's networks learn (``coach-stream train --device`` overrides it):
     ``auto`` takes a GPU when torch sees one. Workers always act on the CPU. The default
@@ -203,12 +238,18 @@ class Preset(_Frozen):
     """Everything a run needs except where its services are (those come from flags)."""
 
     name: str
+    """The preset's name (a built-in preset's file name; a YAML file's stem by default)."""
     env_id: str
+    """The gymnasium environment id every worker and the evaluator make."""
     algorithm: Literal["ppo", "dqn", "sac", "impala"]
+    """The learner; it needs the section of the same name."""
     mode: Mode
+    """``sync``: on-policy, each version's quota is gathered before an update (PPO); ``async``:
+    nobody waits (DQN, SAC, IMPALA)."""
     target_return: float
     """The run ends when the mean of the last ``eval_episodes`` greedy returns reaches it."""
     eval_episodes: int = Field(default=20, ge=1)
+    """Greedy episodes per evaluation round (the evaluator runs one env per episode)."""
     env_wrappers: tuple[Literal["atari", "image"], ...] = ()
     """Gymnasium wrappers around every env, in order (``coach_stream.envs.wrappers``):
     ``atari`` (AtariPreprocessing, 84x84 grey, frame skip 4, 4 frames stacked),
@@ -216,6 +257,7 @@ class Preset(_Frozen):
     env_step_budget: int = Field(ge=1)
     """The run ends (unsolved) after the trainer has consumed this many env steps."""
     seed: int = Field(default=1, ge=0)
+    """The run seed; every worker, env and the trainer derive distinct seeds from it."""
     experience_retention: str = "forever"
     """How long the experience topic keeps its data (``launch --experience-retention``):
     ``forever``, a time (``7d``), a size per partition (``50GiB``) or both (``30d,100GiB``).
