@@ -1,0 +1,58 @@
+"""The generated reference pages are current: docs/reference/*.md equal what
+``python -m coach_stream.docs_gen`` renders from the code now."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from coach_stream.config import Preset
+from coach_stream.docs_gen import PAGES, reference_dir, render
+
+ROOT = Path(__file__).resolve().parents[2]
+FIX = "regenerate it with `python -m coach_stream.docs_gen` and commit the result"
+
+
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_the_committed_page_is_current(page: str) -> None:
+    path = reference_dir(ROOT) / page
+    assert path.is_file(), f"{path} is missing; {FIX}"
+    assert path.read_text(encoding="utf-8") == render(page), f"{path} is out of date; {FIX}"
+
+
+def test_the_config_page_lists_every_key_with_a_description() -> None:
+    text = render("config.md")
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    for name in Preset.model_fields:
+        assert f"| `{name}` |" in text or f"## `{name}:`" in text, name
+    undocumented = [row.split("|")[1].strip() for row in rows if row.rstrip().endswith("|  |")]
+    assert undocumented == [], "fields without a docstring in coach_stream/config.py"
+
+
+def test_the_cli_page_has_every_command_and_option() -> None:
+    import typer.main
+
+    from coach_stream.cli.main import build_app
+
+    text = render("cli.md")
+    launch = typer.main.get_command(build_app()).commands["launch"]  # type: ignore[attr-defined]
+    for param in launch.params:
+        shown = param.name.upper() if type(param).__name__ == "TyperArgument" else param.opts[0]
+        assert f"`{shown}`" in text, shown
+    for command in ("launch", "status", "report", "replay inspect", "stack up"):
+        assert f"`coach-stream {command}`" in text, command
+
+
+def test_check_mode_fails_on_a_stale_page(tmp_path: Path) -> None:
+    folder = reference_dir(tmp_path)
+    folder.mkdir(parents=True)
+    for page in PAGES:
+        (folder / page).write_text(render(page), encoding="utf-8")
+    check = [sys.executable, "-m", "coach_stream.docs_gen", "--check", "--root", str(tmp_path)]
+    assert subprocess.run(check, capture_output=True, check=False).returncode == 0
+    (folder / "config.md").write_text("stale\n", encoding="utf-8")
+    stale = subprocess.run(check, capture_output=True, text=True, check=False)
+    assert stale.returncode == 1 and "config.md" in stale.stderr
