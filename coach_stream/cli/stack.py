@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from coach_stream.cli.spinner import spinner
 from coach_stream.errors import ConfigError
 from coach_stream.stack import LocalStack, default_cache_dir
 
@@ -37,9 +38,8 @@ def up(
 ) -> None:
     """Provision (first time only) and start the services; a no-op for healthy ones."""
     stack = _stack(cache_dir)
-    console = Console(stderr=True)
-    with console.status("Starting the stack (the first run fetches Kafka, builds the emulator)"):
-        stack.up(kafka_enabled=kafka, gcs_enabled=gcs)
+    with spinner("starting the stack") as steps:  # what it does, on a terminal only
+        stack.up(kafka_enabled=kafka, gcs_enabled=gcs, steps=steps)
     _print_status(stack)
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -25,6 +24,7 @@ from pathlib import Path
 from coach_stream import processes
 from coach_stream.errors import ServiceUnavailableError
 from coach_stream.processes import ProcessRecord
+from coach_stream.stack.provisioning import Steps, no_steps, run_logged
 
 FAKE_GCS_MODULE = "github.com/fsouza/fake-gcs-server"
 FAKE_GCS_VERSION = "v1.55.0"
@@ -37,8 +37,9 @@ def binary_path(bin_dir: Path) -> Path:
     return bin_dir / FAKE_GCS_VERSION / "fake-gcs-server"
 
 
-def provision(bin_dir: Path, log: Path) -> Path:
-    """``go install`` the pinned fake-gcs-server into the cache (once)."""
+def provision(bin_dir: Path, log: Path, steps: Steps = no_steps) -> Path:
+    """``go install`` the pinned fake-gcs-server into the cache (once), reporting each
+    module fetched to ``steps``."""
     binary = binary_path(bin_dir)
     if binary.exists():
         return binary
@@ -52,18 +53,16 @@ def provision(bin_dir: Path, log: Path) -> Path:
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     env = dict(os.environ, GOBIN=str(staging), CGO_ENABLED="0")
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("ab") as out:
-        result = subprocess.run(
-            [go, "install", f"{FAKE_GCS_MODULE}@{FAKE_GCS_VERSION}"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            check=False,
-        )
-    if result.returncode != 0:
+    returncode = run_logged(
+        [go, "install", f"{FAKE_GCS_MODULE}@{FAKE_GCS_VERSION}"],
+        log,
+        f"fake-gcs-server {FAKE_GCS_VERSION} go install, first run only",
+        steps,
+        env,
+    )
+    if returncode != 0:
         raise ServiceUnavailableError(
-            f"`go install {FAKE_GCS_MODULE}@{FAKE_GCS_VERSION}` failed (exit {result.returncode}); "
+            f"`go install {FAKE_GCS_MODULE}@{FAKE_GCS_VERSION}` failed (exit {returncode}); "
             f"check access to the Go module proxy and see {log}:\n{processes.tail(log)}"
         )
     shutil.rmtree(binary.parent, ignore_errors=True)

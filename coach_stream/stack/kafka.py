@@ -20,6 +20,7 @@ from pathlib import Path
 from coach_stream import processes
 from coach_stream.errors import ServiceUnavailableError
 from coach_stream.processes import ProcessRecord
+from coach_stream.stack.provisioning import Steps, no_steps, run_logged
 
 KAFKA_VERSION = "4.4.0"
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
@@ -64,8 +65,9 @@ def find_java() -> str:
     return java
 
 
-def provision(libs: Path, log: Path) -> None:
-    """Resolve the broker's jars from Maven Central into ``libs`` (once; cached after)."""
+def provision(libs: Path, log: Path, steps: Steps = no_steps) -> None:
+    """Resolve the broker's jars from Maven Central into ``libs`` (once; cached after),
+    reporting each artifact fetched to ``steps``."""
     done_marker = libs / ".complete"
     if done_marker.exists():
         return
@@ -80,27 +82,26 @@ def provision(libs: Path, log: Path) -> None:
     staging.mkdir(parents=True)
     pom = staging / "pom.xml"
     pom.write_bytes(resources.files("coach_stream.stack").joinpath("maven/pom.xml").read_bytes())
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("ab") as out:
-        result = subprocess.run(
-            [
-                mvn,
-                "-B",
-                "-q",
-                "-f",
-                str(pom),
-                f"{DEPENDENCY_PLUGIN}:copy-dependencies",
-                f"-DoutputDirectory={staging / 'jars'}",
-                "-DincludeScope=runtime",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            check=False,
-        )
-    if result.returncode != 0:
+    # Not -q: Maven's "Downloaded from central: ..." lines are what the spinner shows
+    # (-B keeps them one line each, without the transfer progress meter).
+    returncode = run_logged(
+        [
+            mvn,
+            "-B",
+            "-f",
+            str(pom),
+            f"{DEPENDENCY_PLUGIN}:copy-dependencies",
+            f"-DoutputDirectory={staging / 'jars'}",
+            "-DincludeScope=runtime",
+        ],
+        log,
+        f"Kafka {KAFKA_VERSION} jars, first run only",
+        steps,
+    )
+    if returncode != 0:
         raise ServiceUnavailableError(
             f"Maven could not resolve Kafka {KAFKA_VERSION} from Maven Central "
-            f"(exit {result.returncode}); check network access to the registry and see {log}:\n"
+            f"(exit {returncode}); check network access to the registry and see {log}:\n"
             + processes.tail(log)
         )
     shutil.rmtree(libs, ignore_errors=True)

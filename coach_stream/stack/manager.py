@@ -23,6 +23,7 @@ from coach_stream import processes
 from coach_stream.errors import ServiceUnavailableError
 from coach_stream.processes import ProcessRecord
 from coach_stream.stack import gcs, kafka
+from coach_stream.stack.provisioning import Steps, no_steps
 
 
 @dataclass(frozen=True)
@@ -104,21 +105,26 @@ class LocalStack:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def up(self, kafka_enabled: bool = True, gcs_enabled: bool = True) -> None:
+    def up(
+        self, kafka_enabled: bool = True, gcs_enabled: bool = True, steps: Steps = no_steps
+    ) -> None:
+        """Start what is not running; ``steps`` hears what is being done (``stack up``'s
+        spinner: the first run fetches the jars and builds the emulator, minutes)."""
         with self._locked() as state:
             if kafka_enabled:
-                state["kafka"] = self._up_kafka(state.get("kafka", {}))
+                state["kafka"] = self._up_kafka(state.get("kafka", {}), steps)
             if gcs_enabled:
-                state["gcs"] = self._up_gcs(state.get("gcs", {}))
+                state["gcs"] = self._up_gcs(state.get("gcs", {}), steps)
 
-    def _up_kafka(self, entry: dict[str, Any]) -> dict[str, Any]:
+    def _up_kafka(self, entry: dict[str, Any], steps: Steps) -> dict[str, Any]:
         record = self._record(entry)
         if record is not None and record.is_alive():
             bootstrap = f"127.0.0.1:{entry['broker_port']}"
+            steps(f"Kafka: running, checking that {bootstrap} answers")
             kafka.wait_ready(record, self.kafka_layout, bootstrap)
             return entry
         kafka.find_java()
-        kafka.provision(self.kafka_layout.libs, self.provision_log)
+        kafka.provision(self.kafka_layout.libs, self.provision_log, steps)
         formatted = (self.kafka_layout.data / "meta.properties").exists()
         if formatted and "broker_port" in entry:
             broker_port, controller_port = entry["broker_port"], entry["controller_port"]
@@ -127,7 +133,9 @@ class LocalStack:
         else:
             shutil.rmtree(self.kafka_layout.data, ignore_errors=True)
             broker_port, controller_port = processes.free_port(), processes.free_port()
+        steps("Kafka: writing its config" + ("" if formatted else ", formatting its log directory"))
         kafka.configure(self.kafka_layout, broker_port, controller_port)
+        steps(f"Kafka: starting the broker on 127.0.0.1:{broker_port}, waiting until it answers")
         record = kafka.start(self.kafka_layout)
         entry = {
             **record.to_json(),
@@ -141,15 +149,17 @@ class LocalStack:
             raise
         return entry
 
-    def _up_gcs(self, entry: dict[str, Any]) -> dict[str, Any]:
+    def _up_gcs(self, entry: dict[str, Any], steps: Steps) -> dict[str, Any]:
         record = self._record(entry)
         if record is not None and record.is_alive():
+            steps(f"fake-gcs-server: running, checking that {gcs.endpoint(entry['port'])} answers")
             gcs.wait_ready(record, gcs.endpoint(entry["port"]), self.gcs_log)
             return entry
-        binary = gcs.provision(self.gcs_bin_dir, self.provision_log)
+        binary = gcs.provision(self.gcs_bin_dir, self.provision_log, steps)
         port = entry.get("port")
         if port is None or not processes.port_is_free(port):
             port = processes.free_port()
+        steps(f"fake-gcs-server: starting on {gcs.endpoint(port)}, waiting until it answers")
         record = gcs.start(binary, port, self.gcs_log, self.gcs_data)
         try:
             gcs.wait_ready(record, gcs.endpoint(port), self.gcs_log)
