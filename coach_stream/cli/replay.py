@@ -247,19 +247,21 @@ def train(
         gamma=gamma,
         cql_alpha=cql_alpha,
     )
-    result = run_offline(
-        data,
-        settings=settings,
-        run_id=run_id,
-        checkpoints=url,
-        gcs_emulator=gcs_emulator,
-        env_id=env,
-        algo=algo,
-        config=config,
-        seed=seed,
-        publish_every=publish_every,
-        eval_episodes=eval_episodes,
-    )
+    with records_progress(f"train {algo}", steps, progress, unit="steps") as advance:
+        result = run_offline(
+            data,
+            settings=settings,
+            run_id=run_id,
+            checkpoints=url,
+            gcs_emulator=gcs_emulator,
+            env_id=env,
+            algo=algo,
+            config=config,
+            seed=seed,
+            publish_every=publish_every,
+            eval_episodes=eval_episodes,
+            on_step=advance,
+        )
     typer.echo(json.dumps(result))
 
 

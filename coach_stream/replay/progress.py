@@ -11,18 +11,19 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 @contextmanager
 def records_progress(
-    description: str, total: int, enabled: bool = True
+    description: str, total: int, enabled: bool = True, unit: str = "records"
 ) -> Iterator[Callable[[int], None]]:
-    """A callback to advance by ``n`` records; the bar lives on stderr for the ``with``."""
+    """A callback to advance by ``n`` records (or ``unit``); the bar lives on stderr for
+    the ``with``."""
     if not enabled:
         yield lambda _n: None
         return
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)  # lines printed meanwhile stay whole
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("records"),
+        TextColumn(unit),
         TimeRemainingColumn(),
         console=console,
         transient=True,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -44,7 +45,9 @@ def run_offline(
     seed: int,
     publish_every: int,
     eval_episodes: int,
+    on_step: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
+    """Train, announce and evaluate; ``on_step(1)`` after each gradient step."""
     shape = probe_shape(env_id)
     topics = RunTopics.for_run(run_id, settings.topic_prefix)
     ensure_run_topics(settings, topics, 1)
@@ -59,7 +62,9 @@ def run_offline(
             )
             events("policy", {"version": version.version, "step": step, "uri": version.uri})
 
-        algorithm, result = train_offline(data, algo, shape, config, seed, publish_every, publish)
+        algorithm, result = train_offline(
+            data, algo, shape, config, seed, publish_every, publish, on_step
+        )
         report = evaluate(
             settings,
             topics,

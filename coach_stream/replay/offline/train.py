@@ -96,8 +96,10 @@ def train_offline(
     seed: int,
     publish_every: int,
     publish: Callable[[int, OfflineAlgorithm], None],
+    on_step: Callable[[int], None] | None = None,
 ) -> tuple[OfflineAlgorithm, OfflineResult]:
-    """``config.steps`` gradient steps; ``publish(step, algorithm)`` every ``publish_every``."""
+    """``config.steps`` gradient steps; ``publish(step, algorithm)`` every ``publish_every``;
+    ``on_step(1)`` after each step (a progress bar)."""
     if data.obs.shape[1:] != shape.obs_shape:
         raise ConfigError(
             f"The data's observations have shape {data.obs.shape[1:]}, the environment's "
@@ -130,6 +132,8 @@ def train_offline(
         metrics = algorithm.update(batch)
         if step % publish_every == 0 or step == config.steps:
             publish(step, algorithm)
+        if on_step is not None:
+            on_step(1)
     result = OfflineResult(
         steps=config.steps,
         transitions=len(data),
