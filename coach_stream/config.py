@@ -250,10 +250,11 @@ class Preset(_Frozen):
     """The run ends when the mean of the last ``eval_episodes`` greedy returns reaches it."""
     eval_episodes: int = Field(default=20, ge=1)
     """Greedy episodes per evaluation round (the evaluator runs one env per episode)."""
-    env_wrappers: tuple[Literal["atari", "image"], ...] = ()
+    env_wrappers: tuple[str, ...] = ()
     """Gymnasium wrappers around every env, in order (``coach_stream.envs.wrappers``):
     ``atari`` (AtariPreprocessing, 84x84 grey, frame skip 4, 4 frames stacked),
-    ``image`` (MiniGrid's ImgObsWrapper: the uint8 agent view alone)."""
+    ``image`` (MiniGrid's ImgObsWrapper: the uint8 agent view alone), ``delay:<d>``
+    (``delay:2ms``: every step sleeps that long first, a latency-bound env)."""
     env_step_budget: int = Field(ge=1)
     """The run ends (unsolved) after the trainer has consumed this many env steps."""
     seed: int = Field(default=1, ge=0)
@@ -273,6 +274,19 @@ class Preset(_Frozen):
     dqn: DQNConfig | None = None
     sac: SACConfig | None = None
     impala: IMPALAConfig | None = None
+
+    @field_validator("env_wrappers")
+    @classmethod
+    def _wrappers_known(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            return value  # no gymnasium import for the presets without wrappers
+        from coach_stream.envs.wrappers import check_wrappers
+
+        try:
+            check_wrappers(value)
+        except ConfigError as error:
+            raise ValueError(str(error).removesuffix(".")) from None
+        return value
 
     @field_validator("experience_retention")
     @classmethod

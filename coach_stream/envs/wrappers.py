@@ -8,6 +8,10 @@
   at game over (no life-loss terminals), so a chunk's return is the game's (clipped) score.
 - ``image``: MiniGrid's ``ImgObsWrapper``: the (7, 7, 3) uint8 agent view alone, without
   the mission string and direction of its Dict observation.
+- ``delay:<d>`` (``delay:2ms``, ``delay:500us``, ``delay:0.01s``): every ``step`` sleeps
+  ``d`` first, as a remote simulator or a physics engine would take: a latency-bound env
+  whose throughput grows with the processes stepping it, not with the cores
+  (``bench/scale.py``). Sleeping, not spinning, so it costs no CPU.
 
 Environment packages that register their ids on import (ale-py, minigrid) are imported
 here, by id prefix, so a preset needs only the id.
@@ -16,8 +20,10 @@ here, by id prefix, so a preset needs only the id.
 from __future__ import annotations
 
 import importlib
+import re
+import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, SupportsFloat
 
 import gymnasium as gym
 
@@ -74,7 +80,55 @@ def _image(env: gym.Env[Any, Any]) -> gym.Wrapper[Any, Any, Any, Any]:
     return wrapped
 
 
+class StepDelay(gym.Wrapper[Any, Any, Any, Any]):
+    """Sleeps ``seconds`` before every step: a fixed per-step latency (``delay:<d>``)."""
+
+    def __init__(self, env: gym.Env[Any, Any], seconds: float) -> None:
+        super().__init__(env)
+        self.seconds = seconds
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        time.sleep(self.seconds)
+        return self.env.step(action)
+
+
 WRAPPERS: dict[str, Wrap] = {"atari": _atari, "image": _image}
+"""Wrappers named by a bare word; ``delay:<d>`` takes a parameter (``parse_delay``)."""
+
+MAX_DELAY_S = 10.0
+_DELAY = re.compile(r"delay:(?P<value>\d+(?:\.\d*)?|\.\d+)(?P<unit>us|ms|s)")
+_UNIT_S = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def parse_delay(name: str) -> float | None:
+    """Seconds of a ``delay:<d>`` entry (``delay:2ms`` -> 0.002); None for any other name.
+
+    A malformed or out-of-range delay is a ConfigError naming the accepted form.
+    """
+    if not name.startswith("delay:"):
+        return None
+    match = _DELAY.fullmatch(name)
+    seconds = float(match["value"]) * _UNIT_S[match["unit"]] if match else 0.0
+    if not 0.0 < seconds <= MAX_DELAY_S:
+        raise ConfigError(
+            f"Env wrapper {name!r} is not a delay above 0 and at most {MAX_DELAY_S:g} s; write "
+            "it as delay:<number><us|ms|s>, e.g. delay:2ms."
+        )
+    return seconds
+
+
+def check_wrappers(wrappers: Sequence[str]) -> None:
+    """Raise a ConfigError for any entry that names no wrapper (the preset's door)."""
+    unknown = [name for name in wrappers if name not in WRAPPERS and parse_delay(name) is None]
+    if unknown:
+        raise ConfigError(
+            f"Unknown env wrapper(s) {', '.join(unknown)}; use "
+            f"{', '.join(sorted(WRAPPERS))} or delay:<d> (e.g. delay:2ms)."
+        )
+
+
+def _delay(seconds: float) -> Wrap:
+    return lambda env: StepDelay(env, seconds)
 
 
 def make_kwargs(wrappers: Sequence[str]) -> dict[str, Any]:
@@ -84,9 +138,9 @@ def make_kwargs(wrappers: Sequence[str]) -> dict[str, Any]:
 
 def wrapper_fns(wrappers: Sequence[str]) -> list[Wrap]:
     """The wrapper functions of ``wrappers``, in order; an unknown name is a ConfigError."""
-    unknown = [name for name in wrappers if name not in WRAPPERS]
-    if unknown:
-        raise ConfigError(
-            f"Unknown env wrapper(s) {', '.join(unknown)}; use {', '.join(sorted(WRAPPERS))}."
-        )
-    return [WRAPPERS[name] for name in wrappers]
+    check_wrappers(wrappers)
+    fns: list[Wrap] = []
+    for name in wrappers:
+        seconds = parse_delay(name)
+        fns.append(WRAPPERS[name] if seconds is None else _delay(seconds))
+    return fns
