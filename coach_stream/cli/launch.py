@@ -39,6 +39,7 @@ from coach_stream.cli.options import (
     checkpoint_url,
     load_run_preset,
 )
+from coach_stream.cli.spinner import spinner
 from coach_stream.config import Preset
 from coach_stream.core import RunSpec, TaskStatus
 from coach_stream.errors import ConfigError, OrchestratorError
@@ -228,8 +229,10 @@ def launch(
         _launch_on_nomad(plan, nomad_flags, detach, timeout, started, tensorboard)
         return
     orchestrator = _orchestrator(state_dir)
-    _check_run_free(orchestrator, plan)
-    _start(orchestrator, plan)
+    # Checking the services and starting N processes takes seconds: say which step it is.
+    with spinner(f"run {plan.settings.run_id}: checking Kafka and the checkpoint store") as step:
+        _check_run_free(orchestrator, plan)
+        _start(orchestrator, plan, step)
     # From here until follow() takes over, Ctrl-C or SIGTERM must still stop the run.
     with _stopped_on_interrupt(orchestrator, plan.settings.run_id):
         err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -329,15 +332,22 @@ def _launch_on_nomad(
             f"note: checkpoints in {settings.checkpoints} work on Nomad only when every node "
             "shares that directory; pass --checkpoints gs://bucket/prefix for a cluster."
         )
-    validate_launch(settings, plan.preset.env_id, env_wrappers=plan.preset.env_wrappers)
-    try:
-        prepare_topics(settings, experience_retention=plan.preset.experience_retention)
-        orchestrator.submit(spec)  # waits for every allocation to run; undoes itself on failure
-    except BaseException as error:
-        discard_launch(settings, plan.state_dir)
-        if isinstance(error, KeyboardInterrupt):
-            err.print(f"stopped run {settings.run_id} before it started")
-        raise
+    with spinner(f"run {settings.run_id}: checking Kafka and the checkpoint store") as step:
+        # Outside the try: a refused launch (a run id taken) must not discard that run.
+        validate_launch(settings, plan.preset.env_id, env_wrappers=plan.preset.env_wrappers)
+        try:
+            step(f"run {settings.run_id}: creating its topics")
+            prepare_topics(settings, experience_retention=plan.preset.experience_retention)
+            step(
+                f"run {settings.run_id}: registering Nomad job {nomad_job_id(settings.run_id)}, "
+                f"waiting until its {len(spec.tasks)} allocations run"
+            )
+            orchestrator.submit(spec)  # waits for every allocation; undoes itself on failure
+        except BaseException as error:
+            discard_launch(settings, plan.state_dir)
+            if isinstance(error, KeyboardInterrupt):
+                err.print(f"stopped run {settings.run_id} before it started")
+            raise
     running_s = time.monotonic() - started
     run_id = settings.run_id
     err.print(
@@ -424,11 +434,15 @@ def _check_run_free(orchestrator: LocalOrchestrator, plan: _LaunchPlan) -> None:
     validate_launch(plan.settings, plan.preset.env_id, env_wrappers=plan.preset.env_wrappers)
 
 
-def _start(orchestrator: LocalOrchestrator, plan: _LaunchPlan) -> None:
+def _start(orchestrator: LocalOrchestrator, plan: _LaunchPlan, step: Callable[[str], None]) -> None:
     """Create the run's topics and start its supervisor; a failure leaves nothing behind."""
+    run_id = plan.settings.run_id
     try:
+        step(f"run {run_id}: creating its topics")
         prepare_topics(plan.settings, experience_retention=plan.preset.experience_retention)
-        orchestrator.submit(build_run_spec(plan.settings))
+        spec = build_run_spec(plan.settings)
+        step(f"run {run_id}: starting {len(spec.tasks)} tasks, waiting until each has started")
+        orchestrator.submit(spec)
     except BaseException as error:
         if orchestrator.run_dir(plan.settings.run_id).exists():
             orchestrator.stop(plan.settings.run_id)  # whatever its supervisor had started
