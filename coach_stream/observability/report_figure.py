@@ -66,9 +66,12 @@ def _rates(ax: Axes, report: RunReport) -> None:
         _no_data(ax, "no progress events on the telemetry topic")
         return
     styles = ("-", "--", "-.", ":")
+    markers = "os^Dv<>ph*"  # workers with equal rates (SYNC) overlap: the markers still show
     for i, task in enumerate(sorted(report.worker_rates, key=_task_order)):
         xs, ys = series(report.worker_rates[task], report)
-        ax.plot(xs, ys, styles[(i // 10) % len(styles)], lw=1.2, alpha=0.85, label=task)
+        style = styles[(i // 10) % len(styles)]
+        ax.plot(xs, ys, style, marker=markers[i % 10], ms=4, mfc="none", lw=1.2, alpha=0.85,
+                label=task)  # fmt: skip
     if report.trainer_rates:
         xs, ys = series(report.trainer_rates, report)
         ax.plot(xs, ys, "--", color="black", lw=1.0, label="trainer (consumed)")
