@@ -75,7 +75,12 @@ def from_avro(record: dict[str, Any], field: str) -> npt.NDArray[Any]:
             f"Field {field} declares {dtype.name}{tuple(shape)} = {count * dtype.itemsize} "
             f"bytes but carries {len(data)}."
         )
-    array = np.frombuffer(data, dtype=dtype).reshape(shape)
+    try:
+        array = np.frombuffer(data, dtype=dtype).reshape(shape)
+    except ValueError as exc:  # e.g. (2, 2**62, 0): no elements, yet too big for numpy
+        raise DecodeError(
+            f"Field {field} declares shape {tuple(shape)}, which no array can have ({exc})."
+        ) from exc
     if dtype.kind == "b" and count and int(array.view(np.uint8).max()) > 1:
         raise DecodeError(f"Field {field} is bool but holds bytes other than 0 and 1.")
     return array

@@ -224,7 +224,12 @@ class _Parser:
         nbytes = self.long(active)
         active &= self.ok
         itemsize = np.array([d.itemsize for _n, d in _NAMES], dtype=np.int64)[np.maximum(code, 0)]
-        elements = np.where(np.arange(MAX_NDIM) < ndim[:, None], dims, 1).prod(axis=1)
+        declared = np.arange(MAX_NDIM) < ndim[:, None]
+        elements = np.where(declared, dims, 1).prod(axis=1)
+        # int64 products wrap: (3, 2**32, 2**32) has "0" elements and would match 0 bytes,
+        # and numpy refuses shapes like (2**40, 2**40, 0); the codec rejects those itself
+        nonzero = np.where(declared & (dims > 0), dims, 1).astype(np.float64).prod(axis=1)
+        self.ok &= ~active | (nonzero < 2.0**53)
         self.ok &= ~active | ((nbytes == elements * itemsize) & (self.pos + nbytes <= self.ends))
         active &= self.ok
         start = self.pos.copy()
@@ -333,7 +338,8 @@ def decode_columns(values: list[bytes]) -> tuple[ChunkColumns | None, _BOOL]:
         _code, _ndim, start, _dims = fields[name]
         rows = kept_steps + (1 if name == "obs" else 0)
         width = int(np.prod(extra, dtype=np.int64)) * dtype.itemsize
-        return _gather(p, start[keep], rows * width, dtype).reshape(-1, *extra)
+        # the row count given, not -1: numpy cannot infer it when ``extra`` has a 0
+        return _gather(p, start[keep], rows * width, dtype).reshape(int(rows.sum()), *extra)
 
     terminated = column("terminated", np.dtype(np.bool_))
     truncated = column("truncated", np.dtype(np.bool_))

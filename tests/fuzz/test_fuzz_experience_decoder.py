@@ -48,6 +48,22 @@ ANY_RECORD = one_of_kinds(arbitrary_bytes(CHUNK_SCHEMA), GENUINE, hostile_chunk_
 SPEC = ChunkSpec(run_id=RUN_ID, obs_shape=OBS_SHAPE, obs_dtype="float32", num_actions=NUM_ACTIONS)
 
 
+# Found by the long run: shape (2, 2**62, 0) holds no elements, so 0 bytes matched, and
+# numpy's ValueError escaped every decoder (the trainer's reader crashed on it, forever).
+FOUND_SHAPE = (
+    b"\xc3\x01x\n\xe3\xcb\xb3\x85\n\x02\x10"
+    + b"\x00" * 13
+    + b"\x0efloat32\x04\x04\x06\x000"
+    + b"\x00" * 24
+    + b"\x08bool\x06\x04"
+    + b"\x80" * 9
+    + b"\x01\x00\x00\x00\x0c"
+    + b"\x00" * 9
+    + b"\x01\x00\x00\x00\x00\x08\x00\x00\x00\x00\x00\x08"
+    + b"\x00" * 9
+)
+
+
 def decode_or_reject(data: bytes) -> ExperienceChunk | None:
     """The chunk in ``data``, or None when the decoder refused it the one allowed way."""
     try:
@@ -81,6 +97,7 @@ def test_bytes_behind_a_valid_header_decode_or_raise_decode_error(data: bytes) -
 
 @FUZZ
 @given(GENUINE.flatmap(mutated))
+@example(FOUND_SHAPE)
 def test_damaged_records_decode_or_raise_decode_error(data: bytes) -> None:
     chunk = decode_or_reject(data)
     if chunk is not None:
@@ -89,6 +106,7 @@ def test_damaged_records_decode_or_raise_decode_error(data: bytes) -> None:
 
 @FUZZ
 @given(hostile_chunk_records())
+@example(FOUND_SHAPE)
 def test_hostile_field_values_decode_or_raise_decode_error(data: bytes) -> None:
     chunk = decode_or_reject(data)
     if chunk is not None:
@@ -267,6 +285,7 @@ class KeyedMessage(FakeMessage):
 @example(encode_chunk(replace(make_chunk(), chunk_seq=2**63 - 1)), b"3/2")
 @example(encode_chunk(replace(make_chunk(), chunk_seq=2**62)), b"3/2")
 @example(encode_chunk(make_chunk()), b"0/0")
+@example(FOUND_SHAPE, b"0/0")
 def test_a_restarted_worker_continues_only_at_chunk_seqs_it_can_write(
     data: bytes, key: bytes
 ) -> None:
@@ -308,3 +327,26 @@ def test_replays_batch_decoder_accepts_only_what_the_codec_decodes_the_same(
             assert mine.tobytes() == codec.tobytes(), name
         else:
             assert mine == codec, name
+
+
+def _with_observations(shape: list[int], data: bytes = b"") -> bytes:
+    record = {**ChunkCodec(default_registry())._codec.decode(encode_chunk(make_chunk(2)))}
+    record["observations"] = {"dtype": "uint8", "shape": shape, "data": data}
+    return ChunkCodec(default_registry())._codec.encode(record)
+
+
+# Found by the long run too: a trailing 0 made numpy's reshape(-1, ...) fail, and an int64
+# product of dimensions wraps around (2**32 * 2**32 "is" 0 elements).
+@pytest.mark.parametrize(
+    "shape", [[3, 0], [3, 2**62, 0], [3, 2**40, 2**40, 0], [3, 2**32, 2**32, 1], [3, 2**32, 2**32]]
+)
+def test_the_batch_decoder_survives_zero_and_wrapping_shapes(shape: list[int]) -> None:
+    record = _with_observations(shape)
+    columns, ok = decode_columns([record, encode_chunk(make_chunk(2))])
+    try:
+        chunk = decode_chunk(record)
+    except DecodeError:
+        assert not ok[0]
+        return
+    assert ok[0] and columns is not None and chunk.observations.shape == (3, 0)
+    assert columns.observations.shape[1:] == (0,)

@@ -113,3 +113,16 @@ def test_a_value_fastavro_cannot_write_names_the_record_and_the_fix() -> None:
         match=r"Cannot encode a io\.coachstream\.ExperienceChunk: \w+: .*; fix the value's fields",
     ):
         avro_codec().encode({"run_id": 5})
+
+
+@pytest.mark.parametrize("shape", [[7, 2**62, 0], [7, 0, 2**62], [7, 2**40, 2**40, 0]])
+def test_a_shape_numpy_cannot_hold_is_a_decode_error(shape: list[int]) -> None:
+    # Found by tests/fuzz: no elements, so the size matched 0 bytes, and numpy's ValueError
+    # escaped decode_chunk (a record that crashed the trainer's reader on every restart).
+    codec = ChunkCodec(default_registry())
+    record = record_of(codec.encode(make_chunk(steps=6)))
+    record["observations"] = {"dtype": "uint8", "shape": shape, "data": b""}
+    data = avro_codec().encode(record)
+    for decode in (codec.decode, codec.decode_generic, decode_chunk):
+        with pytest.raises(DecodeError, match=r"Field observations declares shape \(7, .*no array"):
+            decode(data)
