@@ -265,8 +265,9 @@ def test_store_outage_during_announce_announces_nothing_missing(
     run_id, topics = run
     real = make_store()
     down: Store
-    if isinstance(real, GcsCheckpointStore):  # nothing listens on this port
-        down = GcsCheckpointStore("bucket", emulator_host="http://127.0.0.1:9", retry=FAST_RETRY)
+    if isinstance(real, GcsCheckpointStore):  # the same bucket, but nothing listens on port 9
+        bucket = real.uri(policy_key(run_id, 0)).removeprefix("gs://").split("/")[0]
+        down = GcsCheckpointStore(bucket, emulator_host="http://127.0.0.1:9", retry=FAST_RETRY)
     else:  # its "directory" is a file, and its files are gone: every call fails
         blocker = tmp_path / "not-a-dir"
         blocker.write_bytes(b"")
