@@ -158,6 +158,8 @@ def _long(buf: bytes, pos: int) -> tuple[int, int]:
         pos += 1
         value |= (byte & 0x7F) << shift
         if byte < 0x80:
+            if value >> 64:  # a 10th byte above 1: no long; fastavro wraps it, so it decides
+                raise UnusualRecordError("varint beyond 64 bits")
             return (value >> 1) ^ -(value & 1), pos
         shift += 7
         if shift > 63:

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from coach_stream.codec import ChunkCodec, ChunkSpec, decode_chunk, default_registry, encode_chunk
 from coach_stream.codec.chunks import CHUNK_SCHEMA
+from coach_stream.codec.fastpath import varint
 from coach_stream.core import ExperienceChunk
 from coach_stream.errors import DecodeError, InvalidChunkError
 from coach_stream.replay.columnar import ChunkColumns, decode_columns, from_chunks
@@ -98,6 +99,9 @@ def test_bytes_behind_a_valid_header_decode_or_raise_decode_error(data: bytes) -
 @FUZZ
 @given(GENUINE.flatmap(mutated))
 @example(FOUND_SHAPE)
+@example(  # the fast reader read created_at_ms 2**63 from a 10-byte varint
+    encode_chunk(make_chunk())[: -len(varint(make_chunk().created_at_ms))] + b"\x80" * 9 + b"\x02"
+)
 def test_damaged_records_decode_or_raise_decode_error(data: bytes) -> None:
     chunk = decode_or_reject(data)
     if chunk is not None:

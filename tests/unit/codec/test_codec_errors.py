@@ -12,8 +12,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from coach_stream.codec import ChunkCodec, SingleObjectCodec, decode_chunk, default_registry
+from coach_stream.codec import (
+    ChunkCodec,
+    SingleObjectCodec,
+    decode_chunk,
+    default_registry,
+    encode_chunk,
+)
 from coach_stream.codec.chunks import CHUNK_SCHEMA
+from coach_stream.codec.fastpath import varint
 from coach_stream.errors import DecodeError, EncodeError
 from coach_stream.testing.chunks import make_chunk
 
@@ -126,3 +133,16 @@ def test_a_shape_numpy_cannot_hold_is_a_decode_error(shape: list[int]) -> None:
     for decode in (codec.decode, codec.decode_generic, decode_chunk):
         with pytest.raises(DecodeError, match=r"Field observations declares shape \(7, .*no array"):
             decode(data)
+
+
+@pytest.mark.parametrize("tail", [b"\x80" * 9 + b"\x02", b"\xff" * 9 + b"\x7f"])
+def test_a_varint_beyond_64_bits_decodes_as_fastavro_decodes_it(tail: bytes) -> None:
+    # Found by tests/fuzz: the fast reader read created_at_ms 2**63 (no long, so the chunk
+    # could not be written again) where fastavro wraps the bits; now it leaves it to fastavro.
+    chunk = make_chunk()
+    data = encode_chunk(chunk)[: -len(varint(chunk.created_at_ms))] + tail
+    codec = ChunkCodec(default_registry())
+    decoded = codec.decode(data)
+    assert decoded.equals(codec.decode_generic(data))
+    assert -(2**63) <= decoded.created_at_ms < 2**63
+    assert decode_chunk(encode_chunk(decoded)).equals(decoded)
