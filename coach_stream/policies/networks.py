@@ -117,6 +117,21 @@ class ActorCritic(nn.Module):
         entropy = -(log_p.exp() * log_p).sum(-1)
         return action, log_prob, entropy, value
 
+    def evaluate(
+        self, obs: torch.Tensor, rows: torch.Tensor, action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log_prob, entropy) of ``action`` at ``obs[rows]``, and the value of every row.
+
+        One pass over ``obs``: a CNN encodes each frame once, although the values are
+        wanted for every row (an off-policy learner bootstraps from rows it did not act
+        on) and the policy terms only for ``rows``.
+        """
+        logits, values = self.logits_and_value(obs)
+        log_p = torch.log_softmax(logits[rows], dim=-1)
+        log_prob = log_p.gather(-1, action.long()[:, None]).squeeze(-1)
+        entropy = -(log_p.exp() * log_p).sum(-1)
+        return log_prob, entropy, values
+
 
 class QNetwork(nn.Module):
     """Q(s, .) for every discrete action: an MLP, or (frames) a CNN encoder and a head
@@ -184,6 +199,13 @@ class GaussianActorCritic(nn.Module):
         log_prob = normal_log_prob(flat, mean, log_std).sum(-1)
         entropy = (0.5 + _HALF_LOG_2PI + log_std).sum(-1)
         return flat.reshape(len(obs), *self.action_shape), log_prob, entropy, self.get_value(obs)
+
+    def evaluate(
+        self, obs: torch.Tensor, rows: torch.Tensor, action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log_prob, entropy) of ``action`` at ``obs[rows]``, and the value of every row."""
+        _, log_prob, entropy, _ = self.get_action_and_value(obs[rows], action)
+        return log_prob, entropy, self.get_value(obs)
 
 
 _LOG_STD_MIN, _LOG_STD_MAX = -5.0, 2.0  # CleanRL's SAC bounds on the policy's log-std

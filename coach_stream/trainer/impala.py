@@ -162,8 +162,8 @@ class IMPALA:
         is_bootstrap[rows_end - 1] = True
         step_rows = torch.from_numpy(~is_bootstrap).to(dev)
         actions = to_device(torch.from_numpy(np.concatenate([ch.actions for ch in chunks])), dev)
-        _, log_pi, entropy, _ = net.get_action_and_value(obs[step_rows], actions)
-        all_values = net.get_value(obs)  # every row, bootstrap rows included
+        # one pass: every frame (bootstrap rows included) is encoded once, not twice
+        log_pi, entropy, all_values = net.evaluate(obs, step_rows, actions)
         values = all_values[step_rows]
         next_rows = torch.from_numpy(np.flatnonzero(~is_bootstrap) + 1).to(dev)
         next_values = all_values[next_rows]  # x_{t+1} is the next row, bootstrap row included
