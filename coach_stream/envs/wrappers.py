@@ -132,8 +132,14 @@ def _delay(seconds: float) -> Wrap:
 
 
 def make_kwargs(wrappers: Sequence[str]) -> dict[str, Any]:
-    """Keyword arguments for the base env that the wrappers need."""
-    return {"frameskip": 1} if "atari" in wrappers else {}
+    """Keyword arguments for the base env that the wrappers need.
+
+    ``atari``: no frame skip in the base env (the wrapper skips), and grey observations:
+    ``AtariPreprocessing`` reads each screen from the emulator itself and throws the base
+    env's observation away, so that one had better be a third of RGB's bytes to copy
+    (the frames the wrapper returns are the same).
+    """
+    return {"frameskip": 1, "obs_type": "grayscale"} if "atari" in wrappers else {}
 
 
 def wrapper_fns(wrappers: Sequence[str]) -> list[Wrap]:
