@@ -68,9 +68,12 @@ def test_an_interrupted_command_still_stops_the_stack_once(
 ) -> None:
     repo = fake_repo(tmp_path, status_code=1)
     ready = tmp_path / "ready"
+    # `: >file` is a builtin: no child runs when the signal may come. With `touch`, a
+    # SIGINT landing while touch exited normally made bash -c carry on into the sleep (bash
+    # assumes a child that did not die of SIGINT handled it) and the script wait 30 s.
     script = subprocess.Popen(
         ["bash", str(repo / "scripts" / "with-stack.sh"), "bash", "-c",
-         f'touch "{ready}"; exec sleep 30'],
+         f': > "{ready}"; exec sleep 30'],
         start_new_session=True,
     )  # fmt: skip
     try:
