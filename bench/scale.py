@@ -75,7 +75,7 @@ from typing import Any
 import jsonl
 import torch
 from confluent_kafka import TopicPartition
-from soak import _children, _slope, tree_cpu_s
+from soak import TICKS_PER_S, _children, _slope, tree_cpu_s
 
 from coach_stream.algorithms import chunk_spec
 from coach_stream.config import Preset, load_preset
@@ -162,6 +162,8 @@ class Point:
     cpu: dict[str, float]
     window_s: float
     extra: dict[str, Any] = field(default_factory=dict)
+    machine: dict[str, Any] = field(default_factory=dict)
+    """The whole machine over the window: busy cores (all users), the shared broker."""
 
 
 def _rate(events: list[dict[str, Any]], since: int, steps: Any) -> float | None:
@@ -201,6 +203,25 @@ class LogEnds:
 
     def close(self) -> None:
         self.consumer.close()
+
+
+def broker_pid() -> int | None:
+    """The local stack's Kafka broker (shared with whatever else uses the stack)."""
+    for entry in os.listdir("/proc"):
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if entry.isdigit() and b"kafka.Kafka" in argv:
+            return int(entry)
+    return None
+
+
+def machine_busy_s() -> float:
+    """CPU seconds every core of the machine has been busy (all users), from /proc/stat."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / TICKS_PER_S
 
 
 def _cpu(pids: dict[str, int]) -> dict[str, float]:
@@ -266,6 +287,9 @@ def run_ours(
         time.sleep(args.warmup)
         pump()
         pids = {s.name: s.pid for s in orchestrator.status(run_id) if s.pid}
+        if (broker := broker_pid()) is not None:
+            pids["kafka_broker_shared"] = broker
+        busy_before = machine_busy_s()
         marks = {task: len(events) for task, events in series.items()}
         cpu_before, ends_before, t0 = _cpu(pids), ends(), time.monotonic()
         lag: list[tuple[float, int]] = []
@@ -277,7 +301,7 @@ def run_ours(
             time.sleep(min(0.5, max(0.0, args.seconds - (time.monotonic() - t0))))
         pump()
         window = time.monotonic() - t0
-        cpu_after, ends_after = _cpu(pids), ends()
+        cpu_after, ends_after, busy = _cpu(pids), ends(), machine_busy_s() - busy_before
         stopping = time.monotonic()
     finally:
         if probe is not None:
@@ -299,6 +323,7 @@ def run_ours(
     lags = [float(e["rollout/policy_lag_mean"]) for e in in_window
             if e.get("rollout/policy_lag_mean") is not None]  # fmt: skip
     cpu = {task: (cpu_after[task] - cpu_before[task]) / window for task in pids}
+    broker = cpu.pop("kafka_broker_shared", None)
     return Point(
         workers=workers,
         produced=sum(per_worker.values()),
@@ -315,6 +340,12 @@ def run_ours(
             "dropped_stale_steps": in_window[-1].get("rollout/dropped_stale_steps"),
             "records_per_s_written": round((ends_after[0] - ends_before[0]) / window, 1),
             "records_per_s_read": round((ends_after[1] - ends_before[1]) / window, 1),
+        },
+        machine={
+            "busy_cores": round(busy / window, 2),  # every user's processes, ours included
+            "cores": os.cpu_count(),
+            "kafka_broker_cpu_s_per_s": None if broker is None else round(broker, 3),
+            "load1": round(os.getloadavg()[0], 2),
         },
     )  # fmt: skip
 
@@ -341,6 +372,8 @@ class Sb3Point:
     env_steps_per_s: float
     cpu_s_per_s: float
     window_s: float
+    busy_cores: float
+    """Cores busy over the window, every user's processes included."""
 
 
 def run_sb3(part: Part, processes: int, seconds: float) -> Sb3Point:
@@ -368,16 +401,18 @@ def run_sb3(part: Part, processes: int, seconds: float) -> Sb3Point:
 
         collect()  # warm-up: the subprocesses have started and stepped
         me = os.getpid()
-        cpu_before, t0, steps = tree_cpu_s(me, _children()) or 0.0, time.monotonic(), 0
+        cpu_before, busy_before = tree_cpu_s(me, _children()) or 0.0, machine_busy_s()
+        t0, steps = time.monotonic(), 0
         while time.monotonic() - t0 < seconds:
             collect()
             steps += SB3_STEPS * processes
         window = time.monotonic() - t0
         cpu = ((tree_cpu_s(me, _children()) or 0.0) - cpu_before) / window
+        busy = (machine_busy_s() - busy_before) / window
     finally:
         venv.close()
         torch.set_num_threads(threads)
-    return Sb3Point(processes, steps / window, cpu, window)
+    return Sb3Point(processes, steps / window, cpu, window, busy)
 
 
 # --------------------------------------------------------------------------- codec
@@ -454,7 +489,8 @@ def report_point(part: Part, ours: Point, sb3: Sb3Point, one: float | None) -> N
     emit(f"{p}_policy_lag_{n}w", ours.policy_lag, "versions", None, None,
          gradient_steps_per_version=part.preset.impala_config.publish_every)  # fmt: skip
     emit(f"{p}_cpu_s_per_s_{n}w", sum(ours.cpu.values()), "cpu_s/s", f"sb3_{n}proc",
-         sb3.cpu_s_per_s, per_process={k: round(v, 3) for k, v in ours.cpu.items()})  # fmt: skip
+         sb3.cpu_s_per_s, per_process={k: round(v, 3) for k, v in ours.cpu.items()},
+         **ours.machine, sb3_busy_cores=round(sb3.busy_cores, 2))  # fmt: skip
     if p == "pong":
         rows = (part.preset.rollout.chunk_steps + 1) / part.preset.rollout.chunk_steps
         mb = part.obs_bytes * rows / 1e6
