@@ -55,11 +55,88 @@ class _SamplingActor(Generic[Net]):
         self.version = policy.version.version
 
 
+class NumpyMLP:
+    """The forward pass of an MLP (``networks._mlp``: Linear, activation, ..., Linear) in
+    numpy, with a copy of its weights.
+
+    For a network of a few thousand weights acting on a few observations, torch's
+    per-operation dispatch (~10 us each, ~15 of them per act) is most of the cost; after
+    every env in the vector env has slept (a latency-bound env) that code runs cold and
+    costs 3-4x more again: 625 us of CPU per act of a 64x64 MLP on 8 CartPole
+    observations, 154 us in numpy (``bench/scale.py``, docs/performance.md).
+    """
+
+    def __init__(self, mlp: torch.nn.Sequential) -> None:
+        modules = list(mlp)
+        linears = modules[0::2]
+        activations = {type(m) for m in modules[1::2]}
+        if not all(isinstance(m, torch.nn.Linear) for m in linears) or not activations <= {
+            torch.nn.Tanh,
+            torch.nn.ReLU,
+        }:
+            raise TypeError(f"not an MLP of Linear layers and one activation: {mlp}")
+        self.layers = [
+            (m.weight.detach().numpy().T.copy(), m.bias.detach().numpy().copy())
+            for m in linears
+            if isinstance(m, torch.nn.Linear)
+        ]
+        self.tanh = torch.nn.Tanh in activations
+
+    def __call__(self, x: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        last = len(self.layers) - 1
+        for i, (weight, bias) in enumerate(self.layers):
+            x = x @ weight
+            x += bias
+            if i < last:
+                if self.tanh:
+                    np.tanh(x, out=x)
+                else:
+                    np.maximum(x, 0.0, out=x)
+        return x
+
+
 class PPOActor(_SamplingActor[ActorCritic]):
-    """Samples from the actor-critic's categorical policy (or its mode when greedy)."""
+    """Samples from the actor-critic's categorical policy (or its mode when greedy).
+
+    MLP networks act in numpy (``NumpyMLP``, refreshed at every version), CNNs in torch.
+    """
+
+    def __init__(self, net: ActorCritic, greedy: bool, seed: int) -> None:
+        super().__init__(net, greedy, seed)
+        self._rng = np.random.default_rng(seed)
+        self._numpy: tuple[NumpyMLP, NumpyMLP] | None = None
+
+    def load(self, policy: LoadedPolicy) -> None:
+        super().load(policy)
+        if self.net.encoder is None:
+            self._numpy = (NumpyMLP(self.net.actor), NumpyMLP(self.net.critic))
+
+    def act(self, obs: npt.NDArray[np.generic]) -> Action:
+        if self._numpy is not None:
+            return self._act_numpy(obs)
+        return self._act_torch(obs)
+
+    def _act_numpy(self, obs: npt.NDArray[np.generic]) -> Action:
+        assert self._numpy is not None
+        actor, critic = self._numpy
+        x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
+        logits = actor(x)
+        if self.greedy:
+            return Action(actions=logits.argmax(-1).astype(np.int64))
+        shifted = logits - logits.max(-1, keepdims=True)
+        log_p = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+        cdf = np.cumsum(np.exp(log_p), -1)
+        # inverse CDF; u scaled by the CDF's last value, which float32 rounding leaves near 1
+        u = self._rng.random((len(x), 1), dtype=np.float32) * cdf[:, -1:]
+        actions = np.minimum((cdf <= u).sum(-1), logits.shape[-1] - 1).astype(np.int64)
+        return Action(
+            actions=actions,
+            log_probs=np.take_along_axis(log_p, actions[:, None], -1)[:, 0].astype(np.float32),
+            values=critic(x)[:, 0].astype(np.float32),
+        )
 
     @torch.no_grad()
-    def act(self, obs: npt.NDArray[np.generic]) -> Action:
+    def _act_torch(self, obs: npt.NDArray[np.generic]) -> Action:
         x = torch.as_tensor(obs)  # frames stay uint8: the network converts and scales them
         if self.greedy:
             return Action(actions=self.net.logits(x).argmax(-1).numpy().astype(np.int64))
