@@ -1,9 +1,14 @@
 """Scale: env steps/s as rollout workers are added, beside SB3's SubprocVecEnv.
 
 Two environments, each at 1, 2, 4, 8 and 16 rollout workers (``--workers``) feeding one
-trainer that learns, every point a real run through the local orchestrator (topics
-created, trainer and workers started as processes; no evaluator: the target return is
-out of reach, and on Pong its 20 greedy envs would take a worker's share of the cores):
+trainer that learns. Each environment is one real run through the local orchestrator
+(topics created, trainer and the largest count of workers started as processes; no
+evaluator: the target return is out of reach, and on Pong its 20 greedy envs would take a
+worker's share of the cores), measured at every count from the largest down: between
+counts the surplus workers are stopped (SIGSTOP: a stopped process holds its memory, not
+a core), so the counts share the trainer and the broker and differ only in the workers
+acting; each window starts once every acting worker has reported again since it was
+resumed. While SB3 is measured beside a count, the whole run is stopped.
 
 * ``latency``: CartPole-v1 behind ``env_wrappers: [delay:2ms]`` (every step sleeps 2 ms
   first, as a remote simulator would take), ``cartpole-impala`` (ASYNC: workers never
@@ -31,8 +36,10 @@ Per point (one JSON line each; ``<part>_<figure>_<N>w``):
   read per second: its consumed steps x (chunk_steps + 1) / chunk_steps rows of 28,224
   bytes; baseline: the issue's target, 200 MB/s) and ``obs_mb_per_s_produced``.
 
-Summary lines: ``latency_env_scaling_efficiency`` (env steps/s at the largest count /
-(count x one worker's); baseline: SB3's same figure; target 0.8) and the same for pong;
+Summary lines: ``<part>_startup_s_<N>w`` (launch to every worker's first progress report,
+after its first env steps), ``latency_env_scaling_efficiency`` (env steps/s at the largest
+count / (count x one worker's); baseline: SB3's same figure; target 0.8; every count's in
+``linear_by_count``) and the same for pong;
 ``pong_trainer_read_mb_per_s``: after the largest Pong point, a reader with the trainer's
 settings and door (``ChunkSpec``) reads the run's experience topic back from the start:
 the uncompressed observation MB/s the trainer's read path (fetch, decompress, decode,
@@ -51,8 +58,9 @@ same env and wrappers (``coach_stream.envs.wrappers``), PPO's ``MlpPolicy`` (64x
 ours) or ``CnnPolicy`` (Nature CNN, as ours), stepped by SB3's own ``collect_rollouts``
 (policy forward pass, vec env step, rollout buffer) for the same window. That is SB3
 PPO's ``learn()`` minus its gradient updates, so it is an upper bound of SB3's env steps/s
-while learning; ours runs its learner concurrently on the same cores. The baseline is
-measured in the same run, right after our point at the same N.
+while learning; ours runs its learner concurrently on the same cores. One torch thread, as
+our workers (with two, on a busy 2-core machine, SB3's forward pass took 10-17 ms instead
+of 0.8 ms). The baseline is measured in the same run, right after our point at the same N.
 
 Usage (stack up): ``KAFKA_BOOTSTRAP_SERVERS=host:port python bench/scale.py [--quick]
 [--workers 1,2,4,8,16] [--seconds S] [--parts latency,pong]``. ``--quick``: latency at 1, 2
@@ -62,8 +70,11 @@ and 4 workers and pong at 1, a few seconds each, <= 60 s in all.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
+import importlib
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -156,7 +167,6 @@ class Point:
     consumed: float | None
     """None when the trainer reported no progress inside the window (a slow learner)."""
     per_worker: dict[str, float]
-    startup_s: float
     lag: list[tuple[float, int]]
     policy_lag: float | None
     cpu: dict[str, float]
@@ -166,10 +176,15 @@ class Point:
     """The whole machine over the window: busy cores (all users), the shared broker."""
 
 
-def _rate(events: list[dict[str, Any]], since: int, steps: Any) -> float | None:
-    """Steps/s between the last event before the window (index ``since - 1``) and the last."""
-    first = events[max(0, since - 1)]
-    last = events[-1]
+def _rate(events: list[dict[str, Any]], since: float, start: float, steps: Any) -> float | None:
+    """Steps/s over a task's progress events (their own clocks, Unix seconds): from its last
+    event at or before ``start`` (else its first after it) to its last one, counting only
+    events after ``since`` (when the task last resumed: older ones span the pause)."""
+    fresh = [e for e in events if float(e["time"]) >= since]
+    before = [e for e in fresh if float(e["time"]) <= start]
+    if not fresh:
+        return None
+    first, last = (before[-1] if before else fresh[0]), fresh[-1]
     span = float(last["time"]) - float(first["time"])
     return None if span <= 0 else (steps(last) - steps(first)) / span
 
@@ -229,31 +244,46 @@ def _cpu(pids: dict[str, int]) -> dict[str, float]:
     return {task: tree_cpu_s(pid, tree) or 0.0 for task, pid in pids.items()}
 
 
-def run_ours(
+def _signal(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def measure_part(
     part: Part,
-    workers: int,
+    counts: list[int],
     args: argparse.Namespace,
     kafka: str,
     state: Path,
     keep_topic: Any = None,
-) -> Point:
-    """Launch ``workers`` workers and a trainer, measure a window once all of them work.
+) -> tuple[dict[int, Point], dict[int, Sb3Point]]:
+    """One run with the largest count of workers, measured at every count from the largest
+    down, SB3 beside each count; (our points, SB3's points) by count.
 
-    ``keep_topic(settings, topics, run_id)``: called after the run stopped and before its topics
-    are deleted (the Pong read-back reads them).
+    Between counts the surplus workers are stopped (SIGSTOP: a stopped process holds its
+    memory, not a core), so every count has the same trainer and broker and differs only
+    in the workers acting; while SB3 is measured, the whole run is stopped. Each window
+    starts once every acting worker has reported again since it was resumed.
+    ``keep_topic(settings, topics, run_id)``: called after the run stopped and before its
+    topics are deleted (the Pong read-back).
     """
-    run_id = f"bench-scale-{part.name}-{workers}w-{uuid.uuid4().hex[:6]}"
+    top = max(counts)
+    run_id = f"bench-scale-{part.name}-{uuid.uuid4().hex[:6]}"
     settings = KafkaSettings(bootstrap_servers=kafka)
     topics = RunTopics.for_run(run_id, settings.topic_prefix)
     orchestrator = LocalOrchestrator(state, config=warm_supervisor(SupervisorConfig(linger_s=2.0)))
     launch = LaunchSettings(
-        preset=part.preset_name, run_id=run_id, workers=workers, kafka_bootstrap=kafka,
+        preset=part.preset_name, run_id=run_id, workers=top, kafka_bootstrap=kafka,
         checkpoints=(state / "checkpoints").as_uri(), seed=1, overrides=part.overrides,
         evaluator=False,
     )  # fmt: skip
-    names = [f"rollout-{i}" for i in range(workers)]
+    names = [f"rollout-{i}" for i in range(top)]
     series: dict[str, list[dict[str, Any]]] = {}
+    ours: dict[int, Point] = {}
+    sb3: dict[int, Sb3Point] = {}
     submitted, probe, ends = False, None, None
+    pids: dict[str, int] = {}
     began = time.monotonic()
     try:
         prepare_topics(launch)
@@ -262,6 +292,7 @@ def run_ours(
         ends = LogEnds(settings, topics, group)
         orchestrator.submit(build_run_spec(launch))
         submitted = True
+        importlib.import_module("stable_baselines3")  # seconds, while the run starts anyway
         follower = orchestrator.task_lines(run_id)
 
         def pump() -> None:
@@ -273,41 +304,61 @@ def run_ours(
                 raise RuntimeError(f"run {run_id} ended early; see "
                                    f"{orchestrator.run_dir(run_id).logs_dir}")  # fmt: skip
 
-        def working() -> bool:  # every worker has stepped and the trainer reports
-            stepped = all(series.get(w) and _worker_steps(series[w][-1]) > 0 for w in names)
-            return bool(stepped and series.get("trainer"))
+        def reported(tasks: list[str], since: float) -> bool:
+            return all(series.get(t) and float(series[t][-1]["time"]) > since for t in tasks)
 
-        while not working():
-            if time.monotonic() - began > args.start_timeout:
-                raise RuntimeError(f"run {run_id}: not every worker stepped within "
-                                   f"{args.start_timeout:.0f} s")  # fmt: skip
-            pump()
-            time.sleep(0.2)
+        def wait_for(tasks: list[str], since: float, what: str) -> None:
+            deadline = time.monotonic() + args.start_timeout
+            while not reported(tasks, since):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"run {run_id}: {what} within {args.start_timeout:.0f} s")
+                pump()
+                time.sleep(0.2)
+
+        wait_for([*names, "trainer"], 0.0, "not every worker stepped")
         startup = time.monotonic() - began
-        time.sleep(args.warmup)
-        pump()
+        emit(f"{part.name}_startup_s_{top}w", startup, "s", None, None, workers=top,
+             what="launch (topics, supervisor, trainer's first version) to every worker's "
+                  "first progress report (after its first env steps)")  # fmt: skip
         pids = {s.name: s.pid for s in orchestrator.status(run_id) if s.pid}
-        if (broker := broker_pid()) is not None:
-            pids["kafka_broker_shared"] = broker
-        busy_before = machine_busy_s()
-        marks = {task: len(events) for task, events in series.items()}
-        cpu_before, ends_before, t0 = _cpu(pids), ends(), time.monotonic()
-        lag: list[tuple[float, int]] = []
-        while (now := time.monotonic()) - t0 < args.seconds:
-            unread = probe.unread()
-            if unread is not None:
-                lag.append((now - t0, unread))
+        broker = broker_pid()
+        for n in sorted(counts, reverse=True):
+            acting = names[:n]
+            _signal([pids[w] for w in names[n:]], signal.SIGSTOP)
+            resumed = time.time()
+            _signal([pids["trainer"], *(pids[w] for w in acting)], signal.SIGCONT)
+            wait_for(acting, resumed, f"{n} workers did not report after resuming")
+            time.sleep(args.warmup)
             pump()
-            time.sleep(min(0.5, max(0.0, args.seconds - (time.monotonic() - t0))))
-        pump()
-        window = time.monotonic() - t0
-        cpu_after, ends_after, busy = _cpu(pids), ends(), machine_busy_s() - busy_before
-        stopping = time.monotonic()
+            watched = {t: pids[t] for t in ("trainer", *acting)}
+            if broker is not None:
+                watched["kafka_broker_shared"] = broker
+            busy_before, start = machine_busy_s(), time.time()
+            cpu_before, ends_before, t0 = _cpu(watched), ends(), time.monotonic()
+            lag: list[tuple[float, int]] = []
+            while (now := time.monotonic()) - t0 < args.seconds:
+                unread = probe.unread()
+                if unread is not None:
+                    lag.append((now - t0, unread))
+                pump()
+                time.sleep(min(0.5, max(0.0, args.seconds - (time.monotonic() - t0))))
+            pump()
+            window = time.monotonic() - t0
+            cpu_after, ends_after, busy = _cpu(watched), ends(), machine_busy_s() - busy_before
+            ours[n] = _point(n, series, acting, resumed, start, window, lag,
+                             {t: (cpu_after[t] - cpu_before[t]) / window for t in watched},
+                             ends_before, ends_after, busy)  # fmt: skip
+            _signal(list(pids.values()), signal.SIGSTOP)  # SB3 gets the cores to itself
+            t1 = time.monotonic()
+            sb3[n] = run_sb3(part, n, args.seconds)
+            print(f"# {part.name} {n}: ours {window:.1f} s, sb3 {time.monotonic() - t1:.1f} s",
+                  file=sys.stderr)  # fmt: skip
+            report_point(part, ours[n], sb3[n])
     finally:
-        if probe is not None:
-            probe.close()
-        if ends is not None:
-            ends.close()
+        _signal(list(pids.values()), signal.SIGCONT)  # a stopped task cannot act on SIGTERM
+        for closing in (probe, ends):
+            if closing is not None:
+                closing.close()
         if submitted:
             orchestrator.stop(run_id)
         try:
@@ -315,29 +366,42 @@ def run_ours(
                 keep_topic(settings, topics, run_id)
         finally:
             delete_run_topics(settings, topics)
-    print(f"# {run_id}: start-up {startup:.1f} s, window {window:.1f} s, stop and clean-up "
-          f"{time.monotonic() - stopping:.1f} s", file=sys.stderr)  # fmt: skip
-    per_worker = {w: _rate(series[w], marks.get(w, 0), _worker_steps) or 0.0 for w in names}
-    trainer = series["trainer"]
-    in_window = trainer[max(0, marks.get("trainer", 0) - 1) :]
+    return ours, sb3
+
+
+def _point(
+    n: int,
+    series: dict[str, list[dict[str, Any]]],
+    acting: list[str],
+    resumed: float,
+    start: float,
+    window: float,
+    lag: list[tuple[float, int]],
+    cpu: dict[str, float],
+    ends_before: tuple[int, int],
+    ends_after: tuple[int, int],
+    busy: float,
+) -> Point:
+    per_worker = {w: _rate(series[w], resumed, start, _worker_steps) or 0.0 for w in acting}
+    trainer = [e for e in series["trainer"] if float(e["time"]) >= resumed]
+    in_window = [e for e in trainer if float(e["time"]) >= start] or trainer[-1:]
     lags = [float(e["rollout/policy_lag_mean"]) for e in in_window
             if e.get("rollout/policy_lag_mean") is not None]  # fmt: skip
-    cpu = {task: (cpu_after[task] - cpu_before[task]) / window for task in pids}
     broker = cpu.pop("kafka_broker_shared", None)
+    last = in_window[-1] if in_window else {}
     return Point(
-        workers=workers,
+        workers=n,
         produced=sum(per_worker.values()),
-        consumed=_rate(trainer, marks.get("trainer", 0), _trainer_steps),
+        consumed=_rate(series["trainer"], resumed, start, _trainer_steps),
         per_worker=per_worker,
-        startup_s=startup,
         lag=lag,
         policy_lag=sum(lags) / len(lags) if lags else None,
         cpu=cpu,
         window_s=window,
         extra={
-            "trainer_updates_per_s": in_window[-1].get("time/updates_per_s"),
-            "trainer_s": {k: in_window[-1].get(f"time/{k}_s") for k in PHASES},
-            "dropped_stale_steps": in_window[-1].get("rollout/dropped_stale_steps"),
+            "trainer_updates_per_s": last.get("time/updates_per_s"),
+            "trainer_s": {k: last.get(f"time/{k}_s") for k in PHASES},
+            "dropped_stale_steps": last.get("rollout/dropped_stale_steps"),
             "records_per_s_written": round((ends_after[0] - ends_before[0]) / window, 1),
             "records_per_s_read": round((ends_after[1] - ends_before[1]) / window, 1),
         },
@@ -469,15 +533,13 @@ def read_back(part: Part, seconds: float) -> Any:
 # --------------------------------------------------------------------------- report
 
 
-def report_point(part: Part, ours: Point, sb3: Sb3Point, one: float | None) -> None:
+def report_point(part: Part, ours: Point, sb3: Sb3Point) -> None:
     n, p = ours.workers, part.name
     base = f"sb3_subprocvecenv_{n}proc_collect_rollouts"
     emit(f"{p}_env_steps_per_s_{n}w", ours.produced, "env_steps/s", base, sb3.env_steps_per_s,
          workers=n, envs_per_worker=part.preset.rollout.num_envs,
          per_worker={k: round(v, 1) for k, v in ours.per_worker.items()},
-         linear_of_one_worker=None if not one else round(ours.produced / (n * one), 3),
-         startup_s=round(ours.startup_s, 1), window_s=round(ours.window_s, 1),
-         load1=round(os.getloadavg()[0], 2))  # fmt: skip
+         window_s=round(ours.window_s, 1), load1=round(os.getloadavg()[0], 2))  # fmt: skip
     emit(f"{p}_transitions_per_s_consumed_{n}w", ours.consumed, "transitions/s",
          "produced_env_steps_per_s", ours.produced, **ours.extra)  # fmt: skip
     records = [r for _, r in ours.lag]
@@ -499,6 +561,11 @@ def report_point(part: Part, ours: Point, sb3: Sb3Point, one: float | None) -> N
         emit(f"pong_obs_mb_per_s_produced_{n}w", ours.produced * mb, "MB/s", "target", MB_TARGET)
 
 
+def _linear(rate: dict[int, float]) -> dict[int, float | None]:
+    """Each count's rate / (count x one worker's)."""
+    return {n: round(r / (n * rate[1]), 3) if rate[1] else None for n, r in rate.items()}
+
+
 def report_scaling(part: Part, ours: dict[int, Point], sb3: dict[int, Sb3Point]) -> None:
     counts = sorted(ours)
     if len(counts) < 2 or counts[0] != 1:
@@ -514,6 +581,7 @@ def report_scaling(part: Part, ours: dict[int, Point], sb3: dict[int, Sb3Point])
     mine = efficiency(produced)
     emit(f"{part.name}_env_scaling_efficiency", mine, "fraction_of_linear",
          f"sb3_subprocvecenv_{top}proc", efficiency(theirs), workers=top,
+         linear_by_count=_linear(produced), sb3_linear_by_count=_linear(theirs),
          target=SCALING_TARGET, met=None if mine is None else mine >= SCALING_TARGET,
          ahead_of_sb3_at_every_count=all(ahead.values()), ahead_of_sb3=ahead)  # fmt: skip
 
@@ -556,28 +624,16 @@ def main() -> int:
             codec = choose_codec() if codec == "auto" else codec
             plan.append((pong_part(codec), pong_counts))
         for part, part_counts in plan:
-            ours: dict[int, Point] = {}
-            sb3: dict[int, Sb3Point] = {}
-            for n in part_counts:
-                keep, result = (None, {})
-                if part.name == "pong" and n == part_counts[-1]:
-                    keep, result = read_back(part, args.seconds)
-                ours[n] = run_ours(part, n, args, kafka, state, keep_topic=keep)
-                t0 = time.monotonic()
-                sb3[n] = run_sb3(part, n, args.seconds)
-                print(f"# sb3 {part.name} {n} processes: {time.monotonic() - t0:.1f} s in all",
-                      file=sys.stderr)  # fmt: skip
-                one = ours[1].produced if 1 in ours else None
-                report_point(part, ours[n], sb3[n], one)
-                if result:
-                    emit("pong_trainer_read_mb_per_s", result["obs"] / result["wall"] / 1e6,
-                         "MB/s", "target", MB_TARGET, steps_per_s=round(
-                             result["steps"] / result["wall"], 1),
-                         cpu_s_per_s=round(result["cpu"] / result["wall"], 3),
-                         records=result["records"], seconds=round(result["wall"], 2),
-                         record_mb=round(result["record_bytes"] / 1e6, 1),
-                         obs_mb=round(result["obs"] / 1e6, 1))  # fmt: skip
+            keep, result = read_back(part, args.seconds) if part.name == "pong" else (None, {})
+            ours, sb3 = measure_part(part, part_counts, args, kafka, state, keep_topic=keep)
             report_scaling(part, ours, sb3)
+            if result:
+                emit("pong_trainer_read_mb_per_s", result["obs"] / result["wall"] / 1e6, "MB/s",
+                     "target", MB_TARGET, steps_per_s=round(result["steps"] / result["wall"], 1),
+                     cpu_s_per_s=round(result["cpu"] / result["wall"], 3),
+                     records=result["records"], seconds=round(result["wall"], 2),
+                     record_mb=round(result["record_bytes"] / 1e6, 1),
+                     obs_mb=round(result["obs"] / 1e6, 1))  # fmt: skip
     print(f"# bench/scale.py: {time.monotonic() - began:.0f} s in all", file=sys.stderr)
     return 0
 
