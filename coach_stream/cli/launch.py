@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import enum
 import json
+import os
 import signal
 import sys
 import time
@@ -49,6 +50,7 @@ from coach_stream.orchestrators import (
     build_run_spec,
     new_run_id,
     warm_supervisor,
+    warm_zygote,
 )
 from coach_stream.orchestrators.launcher import (
     FollowableOrchestrator,
@@ -107,8 +109,12 @@ WhichOrchestratorOption = typer.Option(
 )
 
 
-def _orchestrator(state_dir: Path) -> LocalOrchestrator:
-    return LocalOrchestrator(state_dir, config=warm_supervisor())
+def local_orchestrator(state_dir: Path) -> LocalOrchestrator:
+    """Supervisors forked from a warm zygote that outlives launches (docs/running.md);
+    ``COACH_STREAM_ZYGOTE=off`` starts each as a fresh process instead."""
+    off = os.environ.get("COACH_STREAM_ZYGOTE", "").lower() in ("off", "0", "false", "no")
+    zygote = None if off else warm_zygote()
+    return LocalOrchestrator(state_dir, config=warm_supervisor(), zygote=zygote)
 
 
 def _fmt(value: float | None, digits: int = 0) -> str:
@@ -228,7 +234,7 @@ def launch(
     if orchestrator_kind is OrchestratorKind.nomad:
         _launch_on_nomad(plan, nomad_flags, detach, timeout, started, tensorboard)
         return
-    orchestrator = _orchestrator(state_dir)
+    orchestrator = local_orchestrator(state_dir)
     # Checking the services and starting N processes takes seconds: say which step it is.
     with spinner(f"run {plan.settings.run_id}: checking Kafka and the checkpoint store") as step:
         _check_run_free(orchestrator, plan)
@@ -582,7 +588,7 @@ def status(
         )
         nomad_cli.status(on_nomad, run_id, as_json, render)
         return
-    orchestrator = _orchestrator(state_dir)
+    orchestrator = local_orchestrator(state_dir)
     out = Console(highlight=False)
     if run_id is None:
         runs = [orchestrator.record(r) for r in orchestrator.runs()]
@@ -652,7 +658,7 @@ def logs(
         )
         nomad_cli.logs(on_nomad, run_id, task, follow_logs)
         return
-    orchestrator = _orchestrator(state_dir)
+    orchestrator = local_orchestrator(state_dir)
     if not follow_logs:
         for line in orchestrator.logs(run_id, task):
             typer.echo(line)
@@ -697,7 +703,7 @@ def stop(
         gone = " and purged" if purge else ""
         typer.echo(f"run {run_id}: Nomad job {nomad_job_id(run_id)} stopped{gone}")
         return
-    orchestrator = _orchestrator(state_dir)
+    orchestrator = local_orchestrator(state_dir)
     orchestrator.stop(run_id)
     states = ", ".join(f"{s.name} {s.state}" for s in orchestrator.status(run_id))
     typer.echo(f"run {run_id}: {orchestrator.record(run_id).state} ({states})")
@@ -766,7 +772,7 @@ def _status_from_kafka(
 
 def _print_local_failure(state_dir: Path, run_id: str) -> None:
     """A local run's failure (a task kept crashing), which only its run.json records."""
-    orchestrator = _orchestrator(state_dir)
+    orchestrator = local_orchestrator(state_dir)
     if orchestrator.run_dir(run_id).exists():
         failure = orchestrator.record(run_id).failure
         if failure:
@@ -780,7 +786,7 @@ def _on_nomad(
     when a Nomad address is configured."""
     if kind is not None:
         return kind is OrchestratorKind.nomad
-    if _orchestrator(state_dir).run_dir(run_id).exists():
+    if local_orchestrator(state_dir).run_dir(run_id).exists():
         return False
     return nomad_cli.nomad_configured(nomad_addr)
 

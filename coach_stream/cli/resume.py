@@ -16,8 +16,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from coach_stream.cli.launch import StateDirOption
-from coach_stream.orchestrators import LocalOrchestrator, warm_supervisor
+from coach_stream.cli.launch import StateDirOption, local_orchestrator
 
 
 def resume(
@@ -25,7 +24,7 @@ def resume(
     state_dir: Path = StateDirOption,
 ) -> None:
     """Start a failed or stopped run's tasks again; they resume where the run left off."""
-    orchestrator = LocalOrchestrator(state_dir, config=warm_supervisor())
+    orchestrator = local_orchestrator(state_dir)
     orchestrator.resume(run_id)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     tasks = orchestrator.status(run_id)

@@ -6,6 +6,7 @@ from coach_stream.orchestrators.spec import (
     build_run_spec,
     new_run_id,
     warm_supervisor,
+    warm_zygote,
 )
 from coach_stream.orchestrators.state import RunState, SupervisorConfig
 
@@ -17,4 +18,5 @@ __all__ = [
     "build_run_spec",
     "new_run_id",
     "warm_supervisor",
+    "warm_zygote",
 ]

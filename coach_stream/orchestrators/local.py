@@ -13,12 +13,16 @@ other process that points at the same state directory::
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Protocol
 
 from coach_stream.core import RunSpec, TaskState, TaskStatus
 from coach_stream.errors import OrchestratorError
@@ -32,10 +36,55 @@ from coach_stream.orchestrators.state import (
     TaskRecord,
     list_runs,
 )
-from coach_stream.processes import popen_detached, tail, terminate_groups
+from coach_stream.orchestrators.zygote_client import SUPERVISOR, ZygoteClient
+from coach_stream.processes import ProcessRecord, popen_detached, tail, terminate_groups
 
 
-def _end_supervisor(process: subprocess.Popen[bytes], grace_s: float) -> None:
+class _Supervisor(Protocol):
+    """The ``subprocess.Popen`` subset used on a run's supervisor, spawned or adopted."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+    def terminate(self) -> None: ...
+
+    def kill(self) -> None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+class AdoptedProcess:
+    """A supervisor forked by the zygote: not our child, so known by pid and start time
+    (its exit code is the zygote's to collect; -1 here once it is gone)."""
+
+    def __init__(self, record: ProcessRecord) -> None:
+        self.record, self.pid = record, record.pid
+
+    def poll(self) -> int | None:
+        return None if self.record.is_alive() else -1
+
+    def terminate(self) -> None:
+        self._signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"supervisor {self.pid}", timeout or 0.0)
+            time.sleep(0.05)  # not our child: there is no exit to wait on, only /proc
+        return -1
+
+    def _signal(self, sig: signal.Signals) -> None:
+        if self.record.is_alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+
+def _end_supervisor(process: _Supervisor, grace_s: float) -> None:
     """SIGTERM a starting supervisor (it stops every task it started), SIGKILL if it hangs."""
     if process.poll() is not None:
         return
@@ -57,12 +106,16 @@ class LocalOrchestrator:
         config: SupervisorConfig | None = None,
         python: str = sys.executable,
         start_timeout_s: float = 60.0,
+        zygote: ZygoteClient | None = None,
     ) -> None:
+        """``zygote``: fork each run's supervisor from a warm zygote that outlives launches
+        (``zygote_server``), so a launch does not wait for its imports; None spawns it."""
         self.state_dir = state_dir.resolve()
         self._config = config or SupervisorConfig()
         self._python = python
         self._start_timeout_s = start_timeout_s
-        self._supervisors: dict[str, subprocess.Popen[bytes]] = {}
+        self._zygote = zygote
+        self._supervisors: dict[str, _Supervisor] = {}
 
     def run_dir(self, run_id: str) -> RunDirectory:
         return RunDirectory(self.state_dir, run_id)
@@ -128,12 +181,11 @@ class LocalOrchestrator:
     def _start_supervisor(self, run_dir: RunDirectory) -> None:
         """Start the run's supervisor and wait until it has started every task."""
         run_id = run_dir.run_id
-        argv = [
-            self._python, "-m", "coach_stream.orchestrators.supervisor",
-            "--state-dir", str(self.state_dir), "--run-id", run_id,
-        ]  # fmt: skip
-        with run_dir.supervisor_log.open("ab") as log:
-            process = popen_detached(argv, log)
+        args = ["--state-dir", str(self.state_dir), "--run-id", run_id]
+        process: _Supervisor | None = self._fork_warm(args, run_dir.supervisor_log)
+        if process is None:
+            with run_dir.supervisor_log.open("ab") as log:
+                process = popen_detached([self._python, "-m", SUPERVISOR, *args], log)
         self._supervisors[run_id] = process
         try:
             self._wait_started(run_dir, process)
@@ -144,7 +196,14 @@ class LocalOrchestrator:
             _end_supervisor(process, self._config.stop_grace_s + 15.0)
             raise
 
-    def _wait_started(self, run_dir: RunDirectory, process: subprocess.Popen[bytes]) -> None:
+    def _fork_warm(self, args: list[str], log_path: Path) -> AdoptedProcess | None:
+        """The supervisor forked from the zygote, or None (no zygote configured or to be had)."""
+        if self._zygote is None or self._zygote.python != self._python:
+            return None
+        forked = self._zygote.fork(SUPERVISOR, args, os.environ, Path.cwd(), log_path)
+        return None if forked is None else AdoptedProcess(forked)
+
+    def _wait_started(self, run_dir: RunDirectory, process: _Supervisor) -> None:
         deadline = time.monotonic() + self._start_timeout_s
         while run_dir.read().state is RunState.STARTING:
             if process.poll() is not None or time.monotonic() > deadline:

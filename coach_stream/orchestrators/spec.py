@@ -18,6 +18,7 @@ from pathlib import Path
 from coach_stream.core import RunSpec, TaskSpec
 from coach_stream.errors import ConfigError
 from coach_stream.orchestrators.state import SupervisorConfig
+from coach_stream.orchestrators.zygote_client import DEFAULT_IDLE_S, ZygoteClient
 from coach_stream.runids import check_run_id
 from coach_stream.transport.settings import KafkaSecurity, KafkaSettings
 
@@ -27,6 +28,11 @@ CLI_MODULE = "coach_stream.cli.main"
 TASK_MODULES = (CLI_MODULE, "coach_stream.cli.train", "coach_stream.cli.rollout")
 """What a warm supervisor imports once: the CLI loads command groups lazily, so the heavy
 ones the tasks run (torch, gymnasium, the Kafka and GCS clients) are named here."""
+
+ZYGOTE_MODULES = (*TASK_MODULES, "torch._dynamo")
+"""What a zygote that outlives launches imports besides: the trainer's first optimizer
+imports ``torch._dynamo`` (885 modules, ~2 s), which in a per-launch supervisor would only
+move that wait from the trainer to the supervisor, but in the zygote is paid once."""
 
 # Rollout workers run a small network on a batch of a few observations: one thread each
 # is fastest, and N workers each spawning one thread per core only fight over the cores.
@@ -149,3 +155,8 @@ def warm_supervisor(config: SupervisorConfig | None = None) -> SupervisorConfig:
     """``config`` (default: the defaults) with the CLI preloaded, so tasks start as warm forks."""
     base = config or SupervisorConfig()
     return replace(base, preload=tuple(dict.fromkeys((*base.preload, *TASK_MODULES))))
+
+
+def warm_zygote(idle_s: float = DEFAULT_IDLE_S) -> ZygoteClient:
+    """The zygote client ``launch`` forks run supervisors from (see ``zygote_server``)."""
+    return ZygoteClient(ZYGOTE_MODULES, idle_s=idle_s)

@@ -24,6 +24,8 @@ import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from setproctitle import setproctitle
+
 
 def forkable_module(argv: Sequence[str], preload: Sequence[str]) -> str | None:
     """The module of ``<this python> -m MODULE ...`` when MODULE was preloaded, else None."""
@@ -53,9 +55,19 @@ class ForkedProcess:
 
 
 def fork_module(
-    module: str, args: Sequence[str], env: Mapping[str, str], log_path: Path
+    module: str,
+    args: Sequence[str],
+    env: Mapping[str, str],
+    log_path: Path,
+    *,
+    cwd: str | None = None,
+    close_fds: Sequence[int] = (),
 ) -> ForkedProcess:
-    """Start ``python -m module *args`` as a fork of this process; output appended to a log."""
+    """Start ``python -m module *args`` as a fork of this process; output appended to a log.
+
+    ``cwd``: the child's working directory (default: this process's); ``close_fds``: this
+    process's descriptors the child must not keep (a zygote's listening socket).
+    """
     log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         pid = os.fork()
@@ -63,15 +75,30 @@ def fork_module(
         os.close(log_fd)
         raise
     if pid == 0:  # the child: never returns into the supervisor
-        _run_child(module, args, env, log_fd)
+        _run_child(module, args, env, log_fd, cwd, close_fds)
     os.close(log_fd)
     return ForkedProcess(pid)
 
 
-def _run_child(module: str, args: Sequence[str], env: Mapping[str, str], log_fd: int) -> None:
+def _run_child(
+    module: str,
+    args: Sequence[str],
+    env: Mapping[str, str],
+    log_fd: int,
+    cwd: str | None,
+    close_fds: Sequence[int],
+) -> None:
     code = 1
     try:
         os.setsid()
+        for fd in close_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        if cwd is not None:
+            os.chdir(cwd)
+        # ps, top and `pgrep -f <run id>` see the command this process stands for, as they
+        # show a spawned one's (arguments joined by spaces), not its forker's command line.
+        setproctitle(" ".join([sys.executable, "-m", module, *args]))
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
