@@ -400,7 +400,7 @@ def _point(
         window_s=window,
         extra={
             "trainer_updates_per_s": last.get("time/updates_per_s"),
-            "trainer_s": {k: last.get(f"time/{k}_s") for k in PHASES},
+            "trainer_s_since_start": {k: last.get(f"time/{k}_s") for k in PHASES},
             "dropped_stale_steps": last.get("rollout/dropped_stale_steps"),
             "records_per_s_written": round((ends_after[0] - ends_before[0]) / window, 1),
             "records_per_s_read": round((ends_after[1] - ends_before[1]) / window, 1),
