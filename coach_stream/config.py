@@ -75,6 +75,13 @@ class RolloutConfig(_Frozen):
     to a few times what the trainer reads between two policy versions (smaller: the trainer
     may idle for data). A worker waits on through a trainer restart and exits on
     ``RunFinished``. None: no limit (the lag grows whenever workers outpace the trainer)."""
+    niceness: int = Field(default=0, ge=0, le=19)
+    """CPU priority the rollout workers and the evaluator give up at start (Unix niceness,
+    and, where a task has its own session as the local orchestrator starts them, its Linux
+    autogroup's, without which nice orders nothing between sessions). Above 0 the trainer,
+    the one process every worker feeds, keeps its share of the cores when CPU-bound workers
+    outnumber them: 16 Pong workers on 2 cores left it 0.10 CPU s/s and it learned almost
+    nothing; with 10 it had 0.6 and read 955 env steps/s (docs/performance.md, Scale)."""
 
 
 class PPOConfig(_Frozen):

@@ -7,9 +7,12 @@ source, then hands them to ``RolloutWorker`` / ``Evaluator``. Exits 0 once the t
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import typer
 from gymnasium.vector import VectorEnv
@@ -62,6 +65,24 @@ def wait_for_topics(settings: KafkaSettings, topics: RunTopics, timeout: float) 
         time.sleep(0.5)  # polling the broker's metadata, not synchronizing with a peer
 
 
+def yield_cpu(niceness: int, autogroup: Path = Path("/proc/self/autogroup")) -> None:
+    """Lower this process's CPU priority by ``niceness`` (``rollout.niceness``), so that
+    the trainer keeps its share of the cores when CPU-bound workers outnumber them.
+
+    With Linux's autogroup scheduling every session is one group, and nice orders only
+    the processes inside a group; the local orchestrator starts each task in its own
+    session, so the session's group is lowered too. A process that shares its session
+    (``coach-stream rollout`` typed in a shell) leaves the group alone: it would slow the
+    whole shell session down.
+    """
+    if niceness <= 0:
+        return
+    os.nice(niceness)
+    if os.getsid(0) == os.getpid():
+        with contextlib.suppress(OSError):  # no autogroup scheduling on this kernel
+            autogroup.write_text(str(niceness))
+
+
 def rollout(
     preset: str = PresetOption,
     run_id: str = RunIdOption,
@@ -76,6 +97,7 @@ def rollout(
     """Act with the newest policy and write experience (or evaluate it greedily)."""
     setup_process()
     config = load_run_preset(preset, seed, overrides)
+    yield_cpu(config.rollout.niceness)
     settings = kafka_settings(kafka)
     topics = RunTopics.for_run(run_id, settings.topic_prefix)
     wait_for_topics(settings, topics, config.rollout.policy_wait_s)

@@ -1,0 +1,56 @@
+"""``rollout.niceness``: workers give up CPU priority (nice and their session's autogroup)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from coach_stream.config import load_preset
+from coach_stream.errors import ConfigError
+
+PROBE = """
+import os, sys
+from pathlib import Path
+from coach_stream.cli.rollout import yield_cpu
+yield_cpu(int(sys.argv[1]))
+group = Path("/proc/self/autogroup")
+print(os.getpriority(os.PRIO_PROCESS, 0), group.read_text().split()[-1] if group.exists() else "-")
+"""
+
+
+def _probe(niceness: int, own_session: bool) -> tuple[int, str]:
+    """(nice, autogroup nice) of a fresh process after ``yield_cpu(niceness)``."""
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, str(niceness)],
+        capture_output=True, text=True, check=True, start_new_session=own_session,
+    )  # fmt: skip
+    nice, group = done.stdout.split()
+    return int(nice), group
+
+
+@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="no autogroup scheduling")
+def test_a_task_in_its_own_session_lowers_its_nice_and_its_autogroup() -> None:
+    assert _probe(7, own_session=True) == (7, "7")
+    assert _probe(0, own_session=True) == (0, "0")  # the default gives nothing up
+
+
+def test_a_process_sharing_a_session_leaves_the_sessions_group_alone() -> None:
+    before = (
+        Path("/proc/self/autogroup").read_text() if Path("/proc/self/autogroup").exists() else ""
+    )
+    nice, _ = _probe(5, own_session=False)
+    assert nice == 5
+    after = (
+        Path("/proc/self/autogroup").read_text() if Path("/proc/self/autogroup").exists() else ""
+    )
+    assert after == before  # this test's own session was not slowed down
+
+
+def test_niceness_is_validated_at_the_preset_door() -> None:
+    assert load_preset("pong-ppo").rollout.niceness == 10
+    assert load_preset("cartpole-ppo").rollout.niceness == 0
+    with pytest.raises(ConfigError, match=r"'rollout\.niceness'"):
+        load_preset("cartpole-ppo", ["rollout.niceness=20"])
