@@ -56,6 +56,7 @@ class DQN(ReplayFed):
         self.q_network, self.target_network, self.config = q_network, target_network, config
         self.target_network.load_state_dict(q_network.state_dict())
         self.optimizer = optim.Adam(q_network.parameters(), lr=config.learning_rate, fused=True)
+        self._params = list(q_network.parameters())  # walked by every gradient-norm clip
         self.buffer = ReplayBuffer(config.buffer_size, obs_shape, obs_dtype=obs_dtype)
         self.limiter = SamplesPerInsertLimiter(
             config.samples_per_insert, config.learning_starts, config.spi_tolerance
@@ -71,8 +72,10 @@ class DQN(ReplayFed):
 
     def learn(self, env_steps: int) -> tuple[dict[str, float], bool]:
         c = self.config
-        losses: list[float] = []
-        q_means: list[float] = []
+        # The per-step figures stay tensors until the end: one sync per call, not two per
+        # gradient step (on a GPU each .item() waits for the device to finish).
+        losses: list[torch.Tensor] = []
+        q_means: list[torch.Tensor] = []
         steps = 0
         while steps < _STEPS_PER_LEARN and self.ready():
             data = self.buffer.sample(c.batch_size, self.generator).to(self.device)
@@ -90,14 +93,14 @@ class DQN(ReplayFed):
 
             self.optimizer.zero_grad()
             loss.backward()  # type: ignore[no-untyped-call]
-            nn.utils.clip_grad_norm_(self.q_network.parameters(), c.max_grad_norm)
+            nn.utils.clip_grad_norm_(self._params, c.max_grad_norm)
             self.optimizer.step()
             self.limiter.sample(c.batch_size)
             self._updates += 1
             self._since_publish += 1
             steps += 1
-            losses.append(loss.item())
-            q_means.append(old_val.mean().item())
+            losses.append(loss.detach())
+            q_means.append(old_val.detach().mean())
 
             if self._updates % c.target_update_every == 0:
                 self._update_target()
@@ -105,8 +108,8 @@ class DQN(ReplayFed):
         if publish:
             self._since_publish = 0
         metrics = {  # means over this call's gradient steps
-            "loss": sum(losses) / len(losses) if losses else float("nan"),
-            "q_values": sum(q_means) / len(q_means) if q_means else float("nan"),
+            "loss": torch.stack(losses).mean().item() if losses else float("nan"),
+            "q_values": torch.stack(q_means).mean().item() if q_means else float("nan"),
             "replay_size": float(self.buffer.size),
             "samples_per_insert_budget": self.limiter.budget,
             "samples_per_insert": self.limiter.ratio,
