@@ -6,7 +6,12 @@ Figures (one JSON line each, baseline measured in the same run, on the same mach
 * ``cartpole_{ppo,dqn}_wall_s_to_475``: seconds from launch (topics created, trainer, 2
   rollout workers and the evaluator started as processes) to the trainer's ``finished``
   line with reason ``target_reached``, vs SB3 PPO/DQN with rl-zoo hyperparameters in
-  one process, its clock started at model construction;
+  one process, its clock started at model construction. Our launches fork their
+  supervisor from the warm zygote, as ``coach-stream launch`` does; it is started before
+  any clock (``zygote_ready_s``), as SB3's imports are (``--no-zygote``: spawn it). SB3
+  runs with every core (torch's default; baseline ``sb3_<algo>_rlzoo_1proc``) and with
+  one torch thread (``..._1thread``), each its own line (``--sb3-threads``): on a busy
+  2-core machine its two threads wait for each other and take many times longer;
 * ``cartpole_{ppo,dqn}_env_steps_to_475``: env steps consumed by then;
 * ``pendulum_sac_{wall_s,env_steps}_to_-200`` (``--algorithms sac``, not in the default
   set): the same for the ``pendulum-sac`` preset (ASYNC) vs SB3 SAC with rl-zoo's
@@ -60,8 +65,10 @@ from coach_stream.orchestrators import (
     SupervisorConfig,
     build_run_spec,
     warm_supervisor,
+    warm_zygote,
 )
 from coach_stream.orchestrators.launcher import follow, prepare_topics
+from coach_stream.orchestrators.zygote_client import ZygoteClient
 from coach_stream.rollout.worker import RolloutWorker
 from coach_stream.transport.admin import ensure_run_topics
 from coach_stream.transport.settings import KafkaSettings, RunTopics
@@ -71,19 +78,27 @@ SOLVES = {"ppo": "cartpole-ppo", "dqn": "cartpole-dqn", "sac": "pendulum-sac"}
 """The preset each ``--algorithms`` name launches; its env, target and budget hold for SB3."""
 
 
-def emit(metric: str, value: float | None, unit: str, baseline: str, base: float | None) -> None:
-    jsonl.emit("solve", metric, value, unit, baseline, base, ratio_digits=3)
+def emit(
+    metric: str, value: float | None, unit: str, baseline: str, base: float | None, **extra: Any
+) -> None:
+    jsonl.emit("solve", metric, value, unit, baseline or None, base, ratio_digits=3, **extra)
 
 
 # --------------------------------------------------------------------------- ours
 
 
 def solve_ours(
-    preset_name: str, kafka: str, workers: int, state: Path, seed: int = 1
+    preset_name: str,
+    kafka: str,
+    workers: int,
+    state: Path,
+    seed: int = 1,
+    zygote: ZygoteClient | None = None,
 ) -> tuple[float | None, int | None]:
     """Launch a real run and follow it; (wall seconds, env steps) to target, or Nones."""
     run_id = f"bench-{preset_name}-{uuid.uuid4().hex[:8]}"
-    orchestrator = LocalOrchestrator(state, config=warm_supervisor(SupervisorConfig(linger_s=5.0)))
+    config = warm_supervisor(SupervisorConfig(linger_s=5.0))
+    orchestrator = LocalOrchestrator(state, config=config, zygote=zygote)
     started_epoch = time.time()
     settings = LaunchSettings(
         preset=preset_name, run_id=run_id, workers=workers, kafka_bootstrap=kafka,
@@ -270,6 +285,14 @@ def main() -> int:
         "--algorithms", default="ppo,dqn", help=f"Comma-separated, of {', '.join(SOLVES)}."
     )
     parser.add_argument("--repeats", type=int, default=3, help="Runs per side (median).")
+    parser.add_argument(
+        "--sb3-threads", default="all,1", help="SB3's torch threads, one baseline each: all "
+        "(torch's default, every core) and/or 1 (fastest for its small nets on a busy machine)."
+    )  # fmt: skip
+    parser.add_argument(
+        "--no-zygote", action="store_true", help="Spawn each launch's supervisor (imports "
+        "and all) instead of forking it from the warm zygote `coach-stream launch` uses."
+    )  # fmt: skip
     args = parser.parse_args()
     algorithms = args.algorithms.split(",")
     if unknown := [a for a in algorithms if a not in SOLVES]:
@@ -290,28 +313,46 @@ def main() -> int:
     if args.quick:
         return 0
 
+    zygote = None if args.no_zygote else warm_zygote()
+    if zygote is not None:
+        # Started before any clock, as SB3's imports are done before its clock starts (and
+        # as a user's previous launch leaves it): the launches fork from it warm.
+        began = time.monotonic()
+        zygote.ensure(os.environ)
+        emit("zygote_ready_s", time.monotonic() - began, "s", "", None)
+    threads = {"all": os.cpu_count() or 1, "1": 1}
+    sb3_threads = args.sb3_threads.split(",")
     with tempfile.TemporaryDirectory(prefix="bench-solve-") as tmp:
         for algorithm in algorithms:
             preset = load_preset(SOLVES[algorithm])
             ours: list[tuple[float | None, int | None]] = []
-            sb3: list[tuple[float | None, int | None]] = []
+            sb3: dict[str, list[tuple[float | None, int | None]]] = {t: [] for t in sb3_threads}
             for repeat in range(args.repeats):  # alternate, so load drift hits both alike
                 ours.append(
-                    solve_ours(preset.name, kafka, args.workers, Path(tmp), seed=1 + repeat)
+                    solve_ours(preset.name, kafka, args.workers, Path(tmp), 1 + repeat, zygote)
                 )
-                torch.set_num_threads(os.cpu_count() or 1)  # SB3 gets every core: its default
-                sb3.append(solve_sb3(algorithm, preset, args.eval_every, seed=1 + repeat))
+                for name in sb3_threads:
+                    torch.set_num_threads(threads[name])
+                    sb3[name].append(solve_sb3(algorithm, preset, args.eval_every, 1 + repeat))
                 torch.set_num_threads(1)
-                print(f"# {algorithm} repeat {repeat}: ours {ours[-1]} sb3 {sb3[-1]}",
-                      file=sys.stderr)  # fmt: skip
-            baseline = f"sb3_{algorithm}_rlzoo_1proc"
+                print(f"# {algorithm} repeat {repeat}: ours {ours[-1]} sb3 "
+                      f"{ {t: runs[-1] for t, runs in sb3.items()} } load "
+                      f"{os.getloadavg()[0]:.2f}", file=sys.stderr)  # fmt: skip
             env = preset.env_id.split("-")[0].lower()  # "cartpole", "pendulum"
             to = f"to_{preset.target_return:g}"  # "to_475", "to_-200"
-            emit(f"{env}_{algorithm}_wall_s_{to}", _median(ours, 0), "s", baseline,
-                 _median(sb3, 0))  # fmt: skip
-            emit(f"{env}_{algorithm}_env_steps_{to}", _median(ours, 1), "env_steps",
-                 baseline, _median(sb3, 1))  # fmt: skip
+            for name, runs in sb3.items():
+                baseline = f"sb3_{algorithm}_rlzoo_1proc" + ("" if name == "all" else "_1thread")
+                load = round(os.getloadavg()[0], 2)
+                emit(f"{env}_{algorithm}_wall_s_{to}", _median(ours, 0), "s", baseline,
+                     _median(runs, 0), runs=[_r(r[0]) for r in ours],
+                     baseline_runs=[_r(r[0]) for r in runs], load_1min=load)  # fmt: skip
+                emit(f"{env}_{algorithm}_env_steps_{to}", _median(ours, 1), "env_steps",
+                     baseline, _median(runs, 1))  # fmt: skip
     return 0
+
+
+def _r(value: float | int | None) -> float | None:
+    return None if value is None else round(float(value), 2)
 
 
 def _median(runs: list[tuple[float | None, int | None]], index: int) -> float | None:
