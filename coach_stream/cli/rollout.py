@@ -100,7 +100,6 @@ def rollout(
     yield_cpu(config.rollout.niceness)
     settings = kafka_settings(kafka)
     topics = RunTopics.for_run(run_id, settings.topic_prefix)
-    wait_for_topics(settings, topics, config.rollout.policy_wait_s)
     process = RolloutProcess(
         config,
         run_id,
@@ -111,7 +110,13 @@ def rollout(
         checkpoint_url(checkpoints),
         gcs_emulator,
     )
+    # The output's producer first. An idempotent producer asks for its producer id when a
+    # broker connection is up, and when its first look finds none, librdkafka looks again
+    # only after a fixed 500 ms: a third of fresh producers here sent their first record
+    # half a second late. Created before the rest of the start-up, that wait overlaps it
+    # instead of holding back the first chunk (or the evaluator's first report).
     with (
+        process.output() as output,
         TelemetrySink(settings, topics, run_id, process.task) as telemetry,
         metrics_endpoint(config.metrics_port, run_id, process.task) as endpoint,
     ):
@@ -124,7 +129,8 @@ def rollout(
         telemetry(STARTED, {"worker_id": worker_id})
         if endpoint is not None:
             events("metrics", endpoint.announcement())
-        finished = process.run(events)
+        wait_for_topics(settings, topics, config.rollout.policy_wait_s)
+        finished = process.run(events, output)
         events("exit", {"reason": finished.reason, "final_version": finished.final_version})
 
 
@@ -145,7 +151,16 @@ class RolloutProcess:
     def task(self) -> str:
         return "evaluator" if self.evaluator else f"rollout-{self.worker_id}"
 
-    def run(self, events: EventSink) -> RunFinished:
+    def output(self) -> KafkaExperienceWriter | KafkaControlPublisher:
+        """Where this process writes: experience, or (the evaluator) its reports."""
+        if self.evaluator:
+            return KafkaControlPublisher(self.kafka, self.topics)
+        kafka = experience_producer_settings(self.kafka, self.config)
+        return KafkaExperienceWriter(kafka, self.topics.experience)
+
+    def run(
+        self, events: EventSink, output: KafkaExperienceWriter | KafkaControlPublisher
+    ) -> RunFinished:
         """Build the envs and the actor, then act (or evaluate) until the run is finished."""
         config, builder = self.config, builder_for(self.config)
         role = SeedRole.EVALUATOR if self.evaluator else SeedRole.ROLLOUT
@@ -166,10 +181,10 @@ class RolloutProcess:
                     control, store, run_id=self.run_id, background=background
                 ) as source,
             ):
-                if self.evaluator:
-                    return self._evaluate(envs, actor, source, seeds, events)
+                if isinstance(output, KafkaControlPublisher):
+                    return self._evaluate(envs, actor, source, seeds, events, output)
                 settings = builder.make_worker_settings(self.run_id, self.worker_id)
-                return self._act(envs, actor, source, settings, seeds, events)
+                return self._act(envs, actor, source, settings, seeds, events, output)
         finally:
             envs.close()  # also when the broker, the store or a policy fails
 
@@ -180,19 +195,19 @@ class RolloutProcess:
         source: PolicySource,
         seeds: list[int],
         events: EventSink,
+        publisher: KafkaControlPublisher,
     ) -> RunFinished:
         """Greedy rounds with the newest version, each reported on the control topic."""
-        with KafkaControlPublisher(self.kafka, self.topics) as publisher:
-            return Evaluator(
-                envs,
-                actor,
-                source,
-                publisher,
-                self.run_id,
-                seeds,
-                events,
-                policy_wait_s=self.config.rollout.policy_wait_s,
-            ).run()
+        return Evaluator(
+            envs,
+            actor,
+            source,
+            publisher,
+            self.run_id,
+            seeds,
+            events,
+            policy_wait_s=self.config.rollout.policy_wait_s,
+        ).run()
 
     def _act(
         self,
@@ -202,15 +217,12 @@ class RolloutProcess:
         settings: WorkerSettings,
         seeds: list[int],
         events: EventSink,
+        writer: KafkaExperienceWriter,
     ) -> RunFinished:
         """Act and write experience to the run's experience topic (ASYNC with a rate limit:
         no further ahead of the trainer's reading than the preset allows)."""
-        kafka = experience_producer_settings(self.kafka, self.config)
         group = trainer_group(self.kafka, self.run_id)
-        with (
-            KafkaExperienceWriter(kafka, self.topics.experience) as writer,
-            KafkaExperienceBacklog(self.kafka, self.topics, group) as backlog,  # lazy: no I/O
-        ):
+        with KafkaExperienceBacklog(self.kafka, self.topics, group) as backlog:  # lazy: no I/O
             worker = RolloutWorker(
                 envs, actor, writer, source, settings, seeds, events, backlog=backlog
             )

@@ -90,10 +90,12 @@ def train(
     # or action space) is dead-lettered with the reason instead of crashing the learner.
     spec = chunk_spec(config, run_id, shape)
     with (
+        # The publisher's client first: its producer id may take librdkafka's fixed 500 ms
+        # retry (see cli/rollout.py), which then overlaps the rest of the start-up.
+        KafkaControlPublisher(settings, topics) as publisher,
         store,
         KafkaExperienceReader(settings, topics, group, spec=spec) as reader,
         KafkaControlSubscriber(settings, topics) as control,
-        KafkaControlPublisher(settings, topics) as publisher,
         TelemetrySink(settings, topics, run_id, "trainer") as telemetry,
         metrics_endpoint(config.metrics_port, run_id, "trainer") as endpoint,
     ):

@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from typing import Self
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
     KafkaError,
     KafkaException,
@@ -27,6 +27,7 @@ from coach_stream.codec import decode_control, encode_control
 from coach_stream.core import ClosingContext, ControlMessage
 from coach_stream.errors import DecodeError, ServiceUnavailableError
 from coach_stream.transport import clients
+from coach_stream.transport.clients import FIRST_OFFSET
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 from coach_stream.transport.writer import KafkaRecordProducer
 
@@ -48,6 +49,11 @@ class KafkaControlPublisher(ClosingContext):
     def __init__(self, settings: KafkaSettings, topics: RunTopics, timeout_s: float = 30.0) -> None:
         self._producer = KafkaRecordProducer(settings, topics.control, {"linger.ms": 0})
         self._timeout_s = timeout_s
+
+    def __enter__(self) -> Self:
+        """Create the client (no I/O yet): its producer id is acquired from now on."""
+        self._producer.__enter__()
+        return self
 
     def open(self) -> None:
         """Connect now (metadata and producer id) so the first announcement pays no setup."""
@@ -77,7 +83,7 @@ class KafkaControlSubscriber(ClosingContext):
             # A private group id: nothing is committed, the id only satisfies librdkafka.
             group = f"{self._settings.topic_prefix}.control-reader.{uuid.uuid4().hex}"
             consumer = clients.consumer(self._settings, group)
-            consumer.assign([TopicPartition(self._topic, 0, OFFSET_BEGINNING)])
+            consumer.assign([TopicPartition(self._topic, 0, FIRST_OFFSET)])
             self._consumer = consumer
         return self._consumer
 

@@ -28,12 +28,13 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from coach_stream.codec import SingleObjectCodec, default_registry
 from coach_stream.core import ClosingContext, EventSink
 from coach_stream.errors import CoachStreamError, ServiceUnavailableError
 from coach_stream.transport import clients
+from coach_stream.transport.clients import FIRST_OFFSET
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 from coach_stream.transport.writer import KafkaRecordProducer
 
@@ -139,7 +140,7 @@ class TelemetryReader(ClosingContext):
         if self._consumer is None:
             group = f"{self._settings.topic_prefix}.telemetry-reader.{uuid.uuid4().hex}"
             consumer = clients.consumer(self._settings, group)
-            consumer.assign([TopicPartition(self._topic, 0, OFFSET_BEGINNING)])
+            consumer.assign([TopicPartition(self._topic, 0, FIRST_OFFSET)])
             self._consumer = consumer
         return self._consumer
 
