@@ -2,9 +2,10 @@
 
 It owns what PPO and DQN share: reading the experience log, counting env steps and
 policy lag (newest announced version minus each chunk's behaviour version), publishing
-versions through the ``Announcer`` (trainer state is saved *before* its policy is
-announced, so the newest announced version always has a trainer state at or before it,
-at it when ``checkpoint_every`` is 1), watching the control topic for
+versions through the ``Announcer`` (the newest announced version always has a trainer
+state at or before it: the first state is saved before its version is announced, later
+ones right after theirs, so with ``checkpoint_every`` 1 a version has its own state once
+its announcement returned), watching the control topic for
 ``EvaluationReport``s, and ending the run: target return reached (mean of the last
 ``eval_episodes`` greedy returns) or env-step budget spent. ``env_steps`` (the budget,
 and what ``learn`` anneals by) counts the steps the learner kept: steps it dropped as stale
@@ -270,13 +271,26 @@ class Trainer:
     def _publish(self, save_state: bool) -> None:
         announcer = self._started_announcer()
         version = announcer.next_version
-        if save_state and version % self.settings.checkpoint_every == 0:
-            announcer.save_trainer_state(version, state_to_bytes(self._state(version)))
-            self.last_checkpoint = (version, time.time())
+        state_due = save_state and version % self.settings.checkpoint_every == 0
+        # Until this process has stored a trainer state, the state goes first: an announced
+        # version needs a resume point at or before it, and a fresh run has none. After
+        # that, a version is announced first and its state stored right after: the state
+        # stored before stays the resume point meanwhile (at or before the new version),
+        # and the workers act on the new version while the state is written, instead of
+        # waiting for it (~8 ms of ~90 per SYNC CartPole version on a local disk, more on GCS).
+        state_first = state_due and self.last_checkpoint is None
+        if state_first:
+            self._save_state(announcer, version)
         blob = policy_to_bytes(self.learner.policy_state_dict())
         self.last_policy = announcer.publish_policy(blob, self.learner.updates, self.env_steps)
         self.version = self.last_policy.version
+        if state_due and not state_first:
+            self._save_state(announcer, version)
         self.reader.commit()
+
+    def _save_state(self, announcer: Announcer, version: int) -> None:
+        announcer.save_trainer_state(version, state_to_bytes(self._state(version)))
+        self.last_checkpoint = (version, time.time())
 
     def _state(self, version: int) -> TrainerState:
         return TrainerState(
