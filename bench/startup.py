@@ -31,11 +31,13 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import jsonl
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -48,15 +50,16 @@ from coach_stream.orchestrators import (
     SupervisorConfig,
     build_run_spec,
     warm_supervisor,
-    warm_zygote,
 )
 from coach_stream.orchestrators.launcher import follow, prepare_topics
 from coach_stream.orchestrators.state import RunDirectory
-from coach_stream.orchestrators.zygote_client import ZygoteClient
 from coach_stream.transport import clients
 from coach_stream.transport.admin import delete_run_topics
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 from coach_stream.transport.telemetry import decode_event
+
+if TYPE_CHECKING:  # the zygote is imported only where it is used: --baseline-src has none
+    from coach_stream.orchestrators.zygote_client import ZygoteClient
 
 PHASES = (
     "topics_created_s",
@@ -86,7 +89,8 @@ def launch_once(
     """Launch one run, follow it to its end, and read its phases back (seconds after launch)."""
     run_id = f"bench-startup-{uuid.uuid4().hex[:8]}"
     config = warm_supervisor(SupervisorConfig(linger_s=5.0))
-    orchestrator = LocalOrchestrator(state, config=config, zygote=zygote)
+    warm: dict[str, Any] = {} if zygote is None else {"zygote": zygote}
+    orchestrator = LocalOrchestrator(state, config=config, **warm)
     settings = LaunchSettings(
         preset=preset, run_id=run_id, workers=workers, kafka_bootstrap=kafka,
         checkpoints=(state / "checkpoints").as_uri(), seed=seed, overrides=overrides,
@@ -186,50 +190,89 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3, help="Runs per mode (median).")
     parser.add_argument(
-        "--modes", default="cold,warm", help="cold: a supervisor spawned per launch (as "
-        "before the zygote); warm: forked from the zygote. Alternated, same run."
+        "--modes", default="cold,warm", help="cold: a supervisor spawned per launch; warm: "
+        "forked from the zygote; before: the code in --baseline-src (cold). Alternated."
     )  # fmt: skip
+    parser.add_argument(
+        "--baseline-src", type=Path, help="A checkout's source root (e.g. `git archive` of an "
+        "older commit): mode `before` launches with PYTHONPATH set to it, in a subprocess."
+    )  # fmt: skip
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: one launch, phases as JSON
+    parser.add_argument("--seed", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--raw", action="store_true", help="Also print each run's phases.")
     args = parser.parse_args()
     kafka = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if not kafka:
         sys.exit("KAFKA_BOOTSTRAP_SERVERS is not set: start the stack (coach-stream stack up) "
                  "and eval \"$(coach-stream stack env)\".")  # fmt: skip
-    modes = args.modes.split(",")
-    repeats = 2 if args.quick else args.repeats
     # --quick: a budget of one update, so the run ends right after version 1.
     overrides = ("env_step_budget=512",) if args.quick else ()
-    zygote = warm_zygote()
-    if "warm" in modes:
+    if args.one:
+        with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
+            phases = launch_once(args.preset, kafka, args.workers, Path(tmp), args.seed,
+                                 overrides, _zygote() if args.one == "warm" else None)  # fmt: skip
+        print(json.dumps({"phases": phases}))
+        return 0
+    modes = args.modes.split(",")
+    if "before" in modes and args.baseline_src is None:
+        parser.error("mode `before` needs --baseline-src DIR")
+    repeats = 2 if args.quick else args.repeats
+    zygote = _zygote() if "warm" in modes else None
+    if zygote is not None:
         began = time.monotonic()
-        was_running = zygote.ensure(os.environ)  # as a user's earlier launch would have
+        zygote.ensure(os.environ)  # as a user's earlier launch would have
         jsonl.emit("startup", "zygote_ready_s", time.monotonic() - began, "s", None, None,
                    load_1min=round(os.getloadavg()[0], 2))  # fmt: skip
-        del was_running
     runs: dict[str, list[dict[str, float | None]]] = {mode: [] for mode in modes}
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         for repeat in range(repeats):
             # ABBA order, so drift in the machine's load hits every mode alike.
             for mode in modes if repeat % 2 == 0 else modes[::-1]:
-                phases = launch_once(
-                    args.preset, kafka, args.workers, Path(tmp), 1 + repeat, overrides,
-                    zygote if mode == "warm" else None,
-                )  # fmt: skip
+                if mode == "before":
+                    phases = _before(args, repeat + 1)
+                else:
+                    phases = launch_once(
+                        args.preset, kafka, args.workers, Path(tmp), 1 + repeat, overrides,
+                        zygote if mode == "warm" else None,
+                    )  # fmt: skip
                 runs[mode].append(phases)
                 if args.raw:
                     print(f"# {mode} run {repeat}: {json.dumps(phases)}", file=sys.stderr)
     load = os.getloadavg()[0]
+    base_mode = "before" if "before" in modes else "cold" if "cold" in modes else None
     for mode in modes:
         for phase in PHASES:
             value = _median([run[phase] for run in runs[mode]])
             if value is None and phase == "solved_s" and args.quick:
                 continue
-            baseline = "cold" if mode != "cold" and "cold" in modes else None
-            base = _median([run[phase] for run in runs["cold"]]) if baseline else None
-            jsonl.emit("startup", phase, value, "s", baseline and f"{phase}_cold", base,
+            baseline = None if base_mode is None or mode == base_mode else base_mode
+            base = _median([run[phase] for run in runs[baseline]]) if baseline else None
+            jsonl.emit("startup", phase, value, "s", baseline and f"{phase}_{baseline}", base,
                        mode=mode, runs=[_round(r[phase]) for r in runs[mode]],
                        load_1min=round(load, 2))  # fmt: skip
     return 0
+
+
+def _zygote() -> ZygoteClient:
+    from coach_stream.orchestrators import warm_zygote
+
+    return warm_zygote()
+
+
+def _before(args: argparse.Namespace, seed: int) -> dict[str, float | None]:
+    """One launch of the code in ``--baseline-src`` (its supervisor, tasks and launcher)."""
+    env = {**os.environ, "PYTHONPATH": str(args.baseline_src.resolve())}
+    command = [sys.executable, os.path.abspath(__file__), "--one", "cold", "--seed", str(seed),
+               "--preset", args.preset, "--workers", str(args.workers)]  # fmt: skip
+    if args.quick:
+        command.append("--quick")
+    # Run from there too: `python -m` puts the working directory first on the import path
+    # of the supervisor and the tasks, ahead of PYTHONPATH.
+    done = subprocess.run(
+        command, env=env, cwd=args.baseline_src, capture_output=True, text=True, check=True
+    )
+    result: dict[str, float | None] = json.loads(done.stdout.strip().splitlines()[-1])["phases"]
+    return result
 
 
 def _round(value: float | None) -> float | None:
