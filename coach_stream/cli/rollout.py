@@ -130,6 +130,11 @@ def rollout(
         if endpoint is not None:
             events("metrics", endpoint.announcement())
         wait_for_topics(settings, topics, config.rollout.policy_wait_s)
+        # Metadata and the producer id now, while version 0 is not there yet anyway.
+        if isinstance(output, KafkaControlPublisher):
+            output.open()
+        else:
+            output.connect(30.0)
         finished = process.run(events, output)
         events("exit", {"reason": finished.reason, "final_version": finished.final_version})
 

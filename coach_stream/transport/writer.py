@@ -36,6 +36,10 @@ log = logging.getLogger(__name__)
 
 Headers = list[tuple[str, str | bytes | None]]
 
+_BROKER_UP_S = 0.08
+"""How long after a client is made its connection to the broker the metadata named is up
+(~50 ms measured on the local stack): ``connect`` asks for metadata again after it."""
+
 
 @dataclass
 class WriterStats:
@@ -62,6 +66,7 @@ class KafkaRecordProducer:
         self.stats = WriterStats()
         self._overrides = overrides or {}
         self._producer: Producer | None = None
+        self._created = 0.0  # when the client was made (monotonic)
         self._errors: list[str] = []
         # How long a full local queue may stay full: past the delivery timeout its records
         # would have failed anyway, so nothing is being delivered.
@@ -70,12 +75,27 @@ class KafkaRecordProducer:
     def _client(self) -> Producer:
         if self._producer is None:
             self._producer = clients.producer(self.settings, **self._overrides)
+            self._created = time.monotonic()
         return self._producer
 
     def connect(self, timeout: float) -> None:
-        """Fetch the topic's metadata now, so the first record pays no connection set-up."""
+        """Fetch the topic's metadata now, so the first record pays no connection set-up,
+        and have the producer id asked for while the broker connection is up.
+
+        librdkafka's idempotent producer asks for its id when metadata arrives. A fresh
+        client's first metadata comes before its connection to the broker it names is up,
+        and then it asks again only on a fixed 500 ms timer: a third of fresh producers
+        here sent their first record half a second late. A second metadata request once
+        that connection is up (about 50 ms after the client was made) makes it ask at
+        once: first records within ~120 ms in 15 of 15 tries, against 500 ms in 6 of 15.
+        """
+        client = self._client()
         try:
-            self._client().list_topics(self.topic, timeout=timeout)
+            client.list_topics(self.topic, timeout=timeout)
+            wait = self._created + _BROKER_UP_S - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)  # a bound on a local connection set-up, not a wait on a peer
+            client.list_topics(self.topic, timeout=timeout)
         except KafkaException as exc:
             raise unreachable(self.settings, timeout, exc.args[0]) from exc
 
