@@ -4,6 +4,7 @@ stack is never touched."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -68,14 +69,14 @@ def test_an_interrupted_command_still_stops_the_stack_once(
 ) -> None:
     repo = fake_repo(tmp_path, status_code=1)
     ready = tmp_path / "ready"
-    # `: >file` is a builtin: no child runs when the signal may come. With `touch`, a
-    # SIGINT landing while touch exited normally made bash -c carry on into the sleep (bash
-    # assumes a child that did not die of SIGINT handled it) and the script wait 30 s.
+    # The command traps SIGINT/SIGTERM itself before it says it is ready, so the signal
+    # ends it however it lands: an untrapped bash -c that gets SIGINT while it runs its
+    # own handler just before `exec sleep` swallows it and sleeps on (seen once under load).
+    command = f'trap "exit 130" INT; trap "exit 143" TERM; : > "{ready}"; sleep 30 & wait'
     script = subprocess.Popen(
-        ["bash", str(repo / "scripts" / "with-stack.sh"), "bash", "-c",
-         f': > "{ready}"; exec sleep 30'],
+        ["bash", str(repo / "scripts" / "with-stack.sh"), "bash", "-c", command],
         start_new_session=True,
-    )  # fmt: skip
+    )
     try:
         deadline = time.monotonic() + 20
         while not ready.exists():
@@ -87,4 +88,6 @@ def test_an_interrupted_command_still_stops_the_stack_once(
     finally:
         if script.poll() is None:
             script.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(script.pid, signal.SIGKILL)  # the background sleep, orphaned
     assert calls(repo).count("stack down") == 1
