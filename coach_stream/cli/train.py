@@ -75,68 +75,71 @@ def train(
     resolve_device(config.trainer.device)  # a missing GPU is reported before anything starts
     settings = kafka_settings(kafka)
     topics = RunTopics.for_run(run_id, settings.topic_prefix)
-    retention = parse_retention(config.experience_retention)
-    ensure_run_topics(
-        settings,
-        topics,
-        experience_partitions=workers,
-        experience_retention_ms=retention.ms,
-        experience_retention_bytes=retention.bytes,
-    )
-    store = open_store(checkpoint_url(checkpoints), gcs_emulator_host=gcs_emulator)
-    group = f"{settings.topic_prefix}.{run_id}.trainer"
-    shape = probe_shape(config.env_id, config.env_wrappers)
-    # The trainer's door: a chunk that decodes but does not fit this run (another run, env
-    # or action space) is dead-lettered with the reason instead of crashing the learner.
-    spec = chunk_spec(config, run_id, shape)
-    with (
-        # The publisher's client first: its producer id may take librdkafka's fixed 500 ms
-        # retry (see cli/rollout.py), which then overlaps the rest of the start-up.
-        KafkaControlPublisher(settings, topics) as publisher,
-        store,
-        KafkaExperienceReader(settings, topics, group, spec=spec) as reader,
-        KafkaControlSubscriber(settings, topics) as control,
-        TelemetrySink(settings, topics, run_id, "trainer") as telemetry,
-        metrics_endpoint(config.metrics_port, run_id, "trainer") as endpoint,
-    ):
-        # Events on stdout (the local orchestrator's logs), on the telemetry topic (what
-        # launch/status read, wherever this process runs) and, if asked for, on /metrics.
-        sinks: list[EventSink] = [JsonLines(sys.stdout, "trainer"), telemetry]
-        if endpoint is not None:
-            sinks.append(endpoint.exporter)
-        events = with_read_positions(fan_out(*sinks), reader)
-        telemetry(
-            STARTED,
-            {
-                "workers": workers,
-                "preset": config.name,
-                "env_id": config.env_id,
-                "algorithm": config.algorithm,
-                "mode": config.mode.value,
-                "target_return": config.target_return,
-                "env_step_budget": config.env_step_budget,
-            },
+    # The publisher's client before anything else: its connection to the broker comes up
+    # while the topics are ensured and the rest is built, so version 0 (which every worker
+    # waits for) goes out without waiting for it, or for a producer id that missed it
+    # (librdkafka then asks again only after a fixed 500 ms; see KafkaRecordProducer.connect).
+    with KafkaControlPublisher(settings, topics) as publisher:
+        retention = parse_retention(config.experience_retention)
+        ensure_run_topics(
+            settings,
+            topics,
+            experience_partitions=workers,
+            experience_retention_ms=retention.ms,
+            experience_retention_bytes=retention.bytes,
         )
-        if endpoint is not None:
-            events("metrics", endpoint.announcement())
-        # Connect first: the producer id is acquired on librdkafka's threads while the
-        # learner is built (its first optimizer imports torch._dynamo, ~2 s), instead of
-        # delaying version 0, which every worker is waiting for, by ~0.5 s.
-        publisher.open()
-        generator = torch.Generator().manual_seed(process_seed(config.seed, 0, SeedRole.TRAINER))
-        builder = builder_for(config)
-        learner = builder.make_learner(shape, workers, generator)
-        trainer = Trainer(
-            learner,
-            reader,
-            control,
-            publisher,
+        store = open_store(checkpoint_url(checkpoints), gcs_emulator_host=gcs_emulator)
+        group = f"{settings.topic_prefix}.{run_id}.trainer"
+        shape = probe_shape(config.env_id, config.env_wrappers)
+        # The trainer's door: a chunk that decodes but does not fit this run (another run, env
+        # or action space) is dead-lettered with the reason instead of crashing the learner.
+        spec = chunk_spec(config, run_id, shape)
+        with (
             store,
-            builder.make_trainer_settings(run_id),
-            events,
-            generator,
-        )
-        trainer.run()
+            KafkaExperienceReader(settings, topics, group, spec=spec) as reader,
+            KafkaControlSubscriber(settings, topics) as control,
+            TelemetrySink(settings, topics, run_id, "trainer") as telemetry,
+            metrics_endpoint(config.metrics_port, run_id, "trainer") as endpoint,
+        ):
+            # Events on stdout (the local orchestrator's logs), on the telemetry topic (what
+            # launch/status read, wherever this process runs) and, if asked for, on /metrics.
+            sinks: list[EventSink] = [JsonLines(sys.stdout, "trainer"), telemetry]
+            if endpoint is not None:
+                sinks.append(endpoint.exporter)
+            events = with_read_positions(fan_out(*sinks), reader)
+            telemetry(
+                STARTED,
+                {
+                    "workers": workers,
+                    "preset": config.name,
+                    "env_id": config.env_id,
+                    "algorithm": config.algorithm,
+                    "mode": config.mode.value,
+                    "target_return": config.target_return,
+                    "env_step_budget": config.env_step_budget,
+                },
+            )
+            if endpoint is not None:
+                events("metrics", endpoint.announcement())
+            # Metadata and producer id now: the client was made before the topics were
+            # ensured, so its broker connection is up and this takes milliseconds.
+            publisher.open()
+            generator = torch.Generator().manual_seed(
+                process_seed(config.seed, 0, SeedRole.TRAINER)
+            )
+            builder = builder_for(config)
+            learner = builder.make_learner(shape, workers, generator)
+            trainer = Trainer(
+                learner,
+                reader,
+                control,
+                publisher,
+                store,
+                builder.make_trainer_settings(run_id),
+                events,
+                generator,
+            )
+            trainer.run()
 
 
 def with_read_positions(sink: EventSink, reader: KafkaExperienceReader) -> EventSink:

@@ -177,7 +177,9 @@ def _state_of(run_json: Path) -> str | None:
 def test_a_run_that_times_out_exits_1_and_leaves_no_process(
     ws: Workspace, services: Services, run_id: str
 ) -> None:
-    launcher = _start_launch(ws, services, run_id, "--timeout", "3")
+    # CartPole-v1 returns at most 500: a warm launch solves it within 3 s, so the target
+    # is put out of reach to make this run time out whatever the machine's speed.
+    launcher = _start_launch(ws, services, run_id, "--timeout", "3", "--set", "target_return=501")
     out, err = launcher.communicate(timeout=180)
     assert launcher.returncode == 1, err
     assert f"run {run_id}: timed out after" in out
