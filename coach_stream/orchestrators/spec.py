@@ -29,10 +29,17 @@ TASK_MODULES = (CLI_MODULE, "coach_stream.cli.train", "coach_stream.cli.rollout"
 """What a warm supervisor imports once: the CLI loads command groups lazily, so the heavy
 ones the tasks run (torch, gymnasium, the Kafka and GCS clients) are named here."""
 
-ZYGOTE_MODULES = (*TASK_MODULES, "torch._dynamo")
+ZYGOTE_MODULES = (
+    *TASK_MODULES,
+    "torch._dynamo",
+    "torch.utils.serialization",
+    "gymnasium.envs.classic_control",
+)
 """What a zygote that outlives launches imports besides: the trainer's first optimizer
 imports ``torch._dynamo`` (885 modules, ~2 s), which in a per-launch supervisor would only
-move that wait from the trainer to the supervisor, but in the zygote is paid once."""
+move that wait from the trainer to the supervisor, but in the zygote is paid once; and
+what every task of a CartPole-class run still imported after its fork (``torch.save``'s
+config, the classic-control envs ``gymnasium.make`` loads by name)."""
 
 # Rollout workers run a small network on a batch of a few observations: one thread each
 # is fastest, and N workers each spawning one thread per core only fight over the cores.
