@@ -7,12 +7,9 @@ source, then hands them to ``RolloutWorker`` / ``Evaluator``. Exits 0 once the t
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import typer
 from gymnasium.vector import VectorEnv
@@ -40,6 +37,7 @@ from coach_stream.errors import ServiceUnavailableError
 from coach_stream.events import JsonLines
 from coach_stream.observability.prometheus import metrics_endpoint
 from coach_stream.rollout.evaluator import Evaluator
+from coach_stream.rollout.priority import yield_cpu
 from coach_stream.rollout.worker import RolloutWorker, WorkerSettings
 from coach_stream.transport.admin import check_broker
 from coach_stream.transport.backlog import KafkaExperienceBacklog, trainer_group
@@ -63,24 +61,6 @@ def wait_for_topics(settings: KafkaSettings, topics: RunTopics, timeout: float) 
                 "trainer for this run (it creates the topics) or check the run id."
             )
         time.sleep(0.5)  # polling the broker's metadata, not synchronizing with a peer
-
-
-def yield_cpu(niceness: int, autogroup: Path = Path("/proc/self/autogroup")) -> None:
-    """Lower this process's CPU priority by ``niceness`` (``rollout.niceness``), so that
-    the trainer keeps its share of the cores when CPU-bound workers outnumber them.
-
-    With Linux's autogroup scheduling every session is one group, and nice orders only
-    the processes inside a group; the local orchestrator starts each task in its own
-    session, so the session's group is lowered too. A process that shares its session
-    (``coach-stream rollout`` typed in a shell) leaves the group alone: it would slow the
-    whole shell session down.
-    """
-    if niceness <= 0:
-        return
-    os.nice(niceness)
-    if os.getsid(0) == os.getpid():
-        with contextlib.suppress(OSError):  # no autogroup scheduling on this kernel
-            autogroup.write_text(str(niceness))
 
 
 def rollout(
