@@ -47,64 +47,17 @@ from typing import Any
 
 import jsonl
 import torch
+from standins import CapturingWriter, FixedPolicy
 
 from coach_stream.algorithms import builder_for
 from coach_stream.codec import decode_chunk, encode_chunk
 from coach_stream.config import Preset, load_preset
-from coach_stream.core import ExperienceChunk, LoadedPolicy, PolicyVersion, RunFinished
+from coach_stream.core import ExperienceChunk, LoadedPolicy, PolicyVersion
 from coach_stream.envs import SeedRole, env_seeds, env_shape, make_vector_env, process_seed
 from coach_stream.events import EventList
 from coach_stream.rollout.worker import RolloutWorker
 
 PPO_WORKERS = 2  # the quota of one version: bench/solve.py's launches run 2 workers
-
-
-class _CapturingWriter:
-    """The ``ExperienceWriter`` calls of a worker, keeping the chunks instead of sending."""
-
-    def __init__(self) -> None:
-        self.chunks: list[ExperienceChunk] = []
-
-    def write(self, chunk: ExperienceChunk) -> None:
-        self.chunks.append(chunk)
-
-    def flush(self, timeout: float | None = None) -> None:
-        pass
-
-    def next_chunk_seqs(self, worker_id: int, num_envs: int) -> list[int]:
-        return [0] * num_envs
-
-    def acknowledged(self) -> dict[str, int]:
-        return {}
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self) -> _CapturingWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-
-class _FixedPolicy:
-    """One version, never a newer one, a run that never ends."""
-
-    def __init__(self, policy: LoadedPolicy) -> None:
-        self.policy = policy
-
-    def latest(self, timeout: float) -> LoadedPolicy | None:
-        return self.policy
-
-    def poll(self) -> LoadedPolicy | None:
-        return None
-
-    def wait_for(self, version: int, timeout: float) -> LoadedPolicy:
-        return self.policy
-
-    @property
-    def finished(self) -> RunFinished | None:
-        return None
 
 
 def capture(preset: Preset, worker_id: int, min_steps: int) -> list[ExperienceChunk]:
@@ -118,8 +71,8 @@ def capture(preset: Preset, worker_id: int, min_steps: int) -> list[ExperienceCh
     actor = builder.make_actor(shape, False, process_seed(preset.seed, worker_id, SeedRole.ROLLOUT))
     settings = replace(builder.make_worker_settings("bench", worker_id), log_every_s=1e9)
     seeds = env_seeds(preset.seed, worker_id, preset.rollout.num_envs, SeedRole.ROLLOUT)
-    writer = _CapturingWriter()
-    worker = RolloutWorker(envs, actor, writer, _FixedPolicy(policy), settings, seeds, EventList())
+    writer = CapturingWriter()
+    worker = RolloutWorker(envs, actor, writer, FixedPolicy(policy), settings, seeds, EventList())
     worker.start()
     steps = 0
     while steps < min_steps:

@@ -19,10 +19,12 @@ def greedy_mean_return(model: Any, env_id: str, seed: int, wrappers: Sequence[st
     """One deterministic episode in each of 20 envs, as our evaluator plays them."""
     envs = make_vector_env(env_id, EVAL_EPISODES, wrappers)
     obs, _ = envs.reset(seed=[seed + i for i in range(EVAL_EPISODES)])  # type: ignore[arg-type]
+    normalize = model.get_vec_normalize_env()  # rl-zoo's VecNormalize (Acrobot), frozen here
     returns = np.zeros(EVAL_EPISODES)
     running = np.ones(EVAL_EPISODES, dtype=bool)
     while running.any():
-        actions, _ = model.predict(obs, deterministic=True)
+        seen = obs if normalize is None else normalize.normalize_obs(obs)
+        actions, _ = model.predict(seen, deterministic=True)
         obs, rewards, terminated, truncated, _ = envs.step(actions)
         returns += np.where(running, rewards, 0.0)
         running &= ~(terminated | truncated)

@@ -1,5 +1,6 @@
-"""Time to solve CartPole-v1 (PPO, DQN) and Pendulum-v1 (SAC): our distributed launches vs
-Stable-Baselines3, and the cost of producing experience in a rollout worker.
+"""Time to solve CartPole-v1 (PPO, DQN), Pendulum-v1 (SAC), LunarLander-v3 and Acrobot-v1
+(PPO): our distributed launches vs Stable-Baselines3, and the cost of producing experience
+in a rollout worker.
 
 Figures (one JSON line each, baseline measured in the same run, on the same machine):
 
@@ -13,10 +14,13 @@ Figures (one JSON line each, baseline measured in the same run, on the same mach
   one torch thread (``..._1thread``), each its own line (``--sb3-threads``): on a busy
   2-core machine its two threads wait for each other and take many times longer;
 * ``cartpole_{ppo,dqn}_env_steps_to_475``: env steps consumed by then;
-* ``pendulum_sac_{wall_s,env_steps}_to_-200`` (``--algorithms sac``, not in the default
-  set): the same for the ``pendulum-sac`` preset (ASYNC) vs SB3 SAC with rl-zoo's
-  Pendulum-v1 settings, matched to the preset where they correspond (64x64 ReLU nets,
-  buffer 100k, learning_starts 1000);
+* ``pendulum_sac_{wall_s,env_steps}_to_-200`` (``--algorithms sac``): the same for the
+  ``pendulum-sac`` preset (ASYNC) vs SB3 SAC with rl-zoo's Pendulum-v1 settings, matched to
+  the preset where they correspond (64x64 ReLU nets, buffer 100k, learning_starts 1000);
+* ``lunarlander_ppo_..._to_200`` and ``acrobot_ppo_..._to_-100`` (``--env lunarlander,acrobot``,
+  minutes each): the ``lunarlander-ppo`` / ``acrobot-ppo`` presets vs SB3 PPO with rl-zoo's
+  settings for the env (16 envs; LunarLander n_steps 1024, batch 64; Acrobot n_steps 256
+  behind VecNormalize, which the greedy evaluation applies too);
 * ``rollout_env_steps_per_s_producing``: a rollout worker's acting loop with the Kafka
   writer vs the same loop with a writer that discards (ratio = producing / discarding;
   the target is >= 0.9, i.e. producing costs <= 10 %); ``..._per_cpu_s_...`` is the same
@@ -24,9 +28,10 @@ Figures (one JSON line each, baseline measured in the same run, on the same mach
   shared machine cannot distort.
 
 Solved means the same for both sides: mean return >= the preset's ``target_return`` (475
-on CartPole, -200 on Pendulum) over 20 greedy episodes. SB3 is
-evaluated every ``--eval-every`` env steps (default 256: after every rollout / training
-round, i.e. every time its policy changes, as our evaluator checks every new version)
+on CartPole, -200 on Pendulum, 200 on LunarLander, -100 on Acrobot) over 20 greedy
+episodes. SB3 is evaluated every ``--eval-every`` env steps (default: every time its
+policy changes, i.e. after each PPO rollout or DQN training round and every 256 steps
+for SAC, as our evaluator checks every new version)
 with 20 deterministic episodes, and the time spent evaluating is taken off its clock
 (our evaluator runs as its own process, so its cost is inside our figure: a favour to
 the baseline). An unsolved run within the
@@ -53,10 +58,11 @@ from typing import Any
 import jsonl
 import torch
 from sb3_solve import learn_until_solved
+from standins import DiscardingWriter, FixedPolicy
 
 from coach_stream.algorithms import builder_for
 from coach_stream.config import Preset, load_preset
-from coach_stream.core import ExperienceChunk, LoadedPolicy, PolicyVersion, RunFinished
+from coach_stream.core import LoadedPolicy, PolicyVersion
 from coach_stream.envs import SeedRole, env_seeds, env_shape, make_vector_env, process_seed
 from coach_stream.events import EventList
 from coach_stream.orchestrators import (
@@ -74,8 +80,28 @@ from coach_stream.transport.admin import ensure_run_topics
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 from coach_stream.transport.writer import KafkaExperienceWriter
 
-SOLVES = {"ppo": "cartpole-ppo", "dqn": "cartpole-dqn", "sac": "pendulum-sac"}
-"""The preset each ``--algorithms`` name launches; its env, target and budget hold for SB3."""
+SOLVES = {
+    "cartpole": {"ppo": "cartpole-ppo", "dqn": "cartpole-dqn"},
+    "pendulum": {"sac": "pendulum-sac"},
+    "lunarlander": {"ppo": "lunarlander-ppo"},
+    "acrobot": {"ppo": "acrobot-ppo"},
+}
+"""``--env`` x ``--algorithms`` -> the preset each launches; its env, target and budget hold
+for SB3 too. CartPole and Pendulum are seconds; LunarLander and Acrobot minutes."""
+ALGORITHMS = sorted({a for by_algorithm in SOLVES.values() for a in by_algorithm})
+
+
+def selected_presets(envs: list[str], algorithms: list[str]) -> list[str]:
+    """The presets ``--env`` x ``--algorithms`` names, or a ValueError naming the fix."""
+    if unknown := [e for e in envs if e not in SOLVES]:
+        raise ValueError(f"unknown env(s) {unknown}: choose from {', '.join(SOLVES)}")
+    if unknown := [a for a in algorithms if a not in ALGORITHMS]:
+        raise ValueError(f"unknown algorithm(s) {unknown}: choose from {', '.join(ALGORITHMS)}")
+    presets = [SOLVES[e][a] for e in envs for a in algorithms if a in SOLVES[e]]
+    if not presets:
+        offered = ", ".join(f"{e}: {'/'.join(SOLVES[e])}" for e in envs)
+        raise ValueError(f"no preset for {algorithms} on {envs} ({offered})")
+    return presets
 
 
 def emit(
@@ -106,7 +132,7 @@ def solve_ours(
     )  # fmt: skip
     prepare_topics(settings)
     orchestrator.submit(build_run_spec(settings))
-    outcome = follow(orchestrator, run_id, timeout_s=900.0)
+    outcome = follow(orchestrator, run_id, timeout_s=3600.0)
     finished = outcome.finished
     if not outcome.solved or finished is None:
         print(f"# {run_id}: not solved ({outcome.reason or outcome.state})", file=sys.stderr)
@@ -126,6 +152,7 @@ def sb3_model(algorithm: str, seed: int, preset: Preset) -> Any:
     hyperparams/*.yml); SAC's are matched to the preset where rl-zoo leaves SB3's defaults."""
     from stable_baselines3 import DQN, PPO, SAC
     from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
 
     if algorithm == "sac":  # rl-zoo Pendulum-v1: lr 1e-3, the rest SB3's defaults
         sac = preset.sac
@@ -141,8 +168,19 @@ def sb3_model(algorithm: str, seed: int, preset: Preset) -> Any:
                            "activation_fn": torch.nn.ReLU},
             seed=seed, verbose=0, device="cpu",
         )  # fmt: skip
-
-    if algorithm == "ppo":
+    if preset.env_id.startswith("LunarLander"):  # rl-zoo LunarLander-v2 PPO, 1e6 steps
+        return PPO(
+            "MlpPolicy", make_vec_env(preset.env_id, n_envs=16, seed=seed),
+            n_steps=1024, batch_size=64, gae_lambda=0.98, gamma=0.999, n_epochs=4,
+            ent_coef=0.01, seed=seed, verbose=0, device="cpu",
+        )  # fmt: skip
+    if preset.env_id.startswith("Acrobot"):  # rl-zoo Acrobot-v1 PPO, 1e6 steps
+        return PPO(
+            "MlpPolicy", VecNormalize(make_vec_env(preset.env_id, n_envs=16, seed=seed)),
+            n_steps=256, gae_lambda=0.94, gamma=0.99, n_epochs=4, ent_coef=0.0,
+            seed=seed, verbose=0, device="cpu",
+        )  # fmt: skip
+    if algorithm == "ppo":  # rl-zoo CartPole-v1 PPO
         return PPO(
             "MlpPolicy", make_vec_env("CartPole-v1", n_envs=8, seed=seed),
             n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
@@ -158,65 +196,30 @@ def sb3_model(algorithm: str, seed: int, preset: Preset) -> Any:
     )  # fmt: skip
 
 
+def policy_changes_every(model: Any) -> int:
+    """Env steps between two changes of SB3's policy: PPO's rollout, DQN's train_freq, 1."""
+    if hasattr(model, "n_steps"):  # PPO: one update per rollout of n_steps in each env
+        return int(model.n_steps * model.n_envs)
+    frequency = getattr(model, "train_freq", None)
+    return int(frequency.frequency) if frequency is not None else 1
+
+
 def solve_sb3(
-    algorithm: str, preset: Preset, eval_every: int, seed: int = 1
+    algorithm: str, preset: Preset, eval_every: int | None, seed: int = 1
 ) -> tuple[float | None, int | None]:
+    """SB3's (wall seconds, env steps) to the preset's target; it is evaluated every
+    ``eval_every`` env steps, by default each time its policy changes (at least 256 apart,
+    as SAC's changes every step), as our evaluator checks every new version."""
     budget = preset.env_step_budget
-    wall, steps = learn_until_solved(
-        sb3_model(algorithm, seed, preset), budget, eval_every, preset.target_return,
-        preset.env_id,
-    )  # fmt: skip
+    model = sb3_model(algorithm, seed, preset)
+    every = eval_every or max(256, policy_changes_every(model))
+    wall, steps = learn_until_solved(model, budget, every, preset.target_return, preset.env_id)
     if wall is None:
-        print(f"# sb3 {algorithm}: not solved in {budget} steps", file=sys.stderr)
+        print(f"# sb3 {preset.name}: not solved in {budget} steps", file=sys.stderr)
     return wall, steps
 
 
 # --------------------------------------------------------------------------- rollout overhead
-
-
-class _DiscardingWriter:
-    """The same ``ExperienceWriter`` calls, no transport: the loop's cost without producing."""
-
-    def write(self, chunk: ExperienceChunk) -> None:
-        pass
-
-    def flush(self, timeout: float | None = None) -> None:
-        pass
-
-    def next_chunk_seqs(self, worker_id: int, num_envs: int) -> list[int]:
-        return [0] * num_envs
-
-    def acknowledged(self) -> dict[str, int]:
-        return {}
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self) -> _DiscardingWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-
-class _FixedPolicy:
-    """A policy source with one version that never changes and a run that never ends."""
-
-    def __init__(self, policy: LoadedPolicy) -> None:
-        self.policy = policy
-
-    def latest(self, timeout: float) -> LoadedPolicy | None:
-        return self.policy
-
-    def poll(self) -> LoadedPolicy | None:
-        return None
-
-    def wait_for(self, version: int, timeout: float) -> LoadedPolicy:
-        return self.policy
-
-    @property
-    def finished(self) -> RunFinished | None:
-        return None
 
 
 def rollout_rate(preset: Preset, writer: Any, seconds: float) -> tuple[float, float]:
@@ -234,7 +237,7 @@ def rollout_rate(preset: Preset, writer: Any, seconds: float) -> tuple[float, fl
     actor = builder.make_actor(shape, False, process_seed(preset.seed, 0, SeedRole.ROLLOUT))
     settings = replace(builder.make_worker_settings("bench", 0), log_every_s=1e9)
     seeds = env_seeds(preset.seed, 0, preset.rollout.num_envs, SeedRole.ROLLOUT)
-    worker = RolloutWorker(envs, actor, writer, _FixedPolicy(policy), settings, seeds, EventList())
+    worker = RolloutWorker(envs, actor, writer, FixedPolicy(policy), settings, seeds, EventList())
     worker.start()
     worker.act_share()  # warm-up
     steps, began, cpu_began = 0, time.perf_counter(), time.process_time()
@@ -259,7 +262,7 @@ def rollout_overhead(kafka: str, seconds: float, rounds: int) -> dict[str, tuple
             first_discarding = round_ % 2 == 0  # and in ABBA order, so neither is always first
             for discard in (first_discarding, not first_discarding):
                 if discard:
-                    discarding.append(rollout_rate(preset, _DiscardingWriter(), seconds))
+                    discarding.append(rollout_rate(preset, DiscardingWriter(), seconds))
                 else:
                     producing.append(rollout_rate(preset, writer, seconds))
     return {
@@ -279,11 +282,18 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="Only the rollout overhead (< 60 s).")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument(
-        "--eval-every", type=int, default=256, help="SB3 eval period in env steps (one round)."
+        "--eval-every",
+        type=int,
+        default=None,
+        help="SB3 eval period in env steps (default: each time its policy changes).",
     )
     parser.add_argument(
-        "--algorithms", default="ppo,dqn", help=f"Comma-separated, of {', '.join(SOLVES)}."
+        "--algorithms", default="ppo,dqn", help=f"Comma-separated, of {', '.join(ALGORITHMS)}."
     )
+    parser.add_argument(
+        "--env", default="cartpole,pendulum", help=f"Comma-separated, of {', '.join(SOLVES)}; "
+        "each with the --algorithms it has a preset for (lunarlander, acrobot: minutes)."
+    )  # fmt: skip
     parser.add_argument("--repeats", type=int, default=3, help="Runs per side (median).")
     parser.add_argument(
         "--sb3-threads", default="all,1", help="SB3's torch threads, one baseline each: all "
@@ -294,9 +304,10 @@ def main() -> int:
         "and all) instead of forking it from the warm zygote `coach-stream launch` uses."
     )  # fmt: skip
     args = parser.parse_args()
-    algorithms = args.algorithms.split(",")
-    if unknown := [a for a in algorithms if a not in SOLVES]:
-        parser.error(f"unknown algorithm(s) {unknown}: choose from {', '.join(SOLVES)}")
+    try:
+        presets = selected_presets(args.env.split(","), args.algorithms.split(","))
+    except ValueError as error:
+        parser.error(str(error))
     kafka = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if not kafka:
         sys.exit("KAFKA_BOOTSTRAP_SERVERS is not set: start the stack (coach-stream stack up) "
@@ -323,8 +334,9 @@ def main() -> int:
     threads = {"all": os.cpu_count() or 1, "1": 1}
     sb3_threads = args.sb3_threads.split(",")
     with tempfile.TemporaryDirectory(prefix="bench-solve-") as tmp:
-        for algorithm in algorithms:
-            preset = load_preset(SOLVES[algorithm])
+        for preset_name in presets:
+            preset = load_preset(preset_name)
+            algorithm = preset.algorithm
             ours: list[tuple[float | None, int | None]] = []
             sb3: dict[str, list[tuple[float | None, int | None]]] = {t: [] for t in sb3_threads}
             for repeat in range(args.repeats):  # alternate, so load drift hits both alike
@@ -335,10 +347,10 @@ def main() -> int:
                     torch.set_num_threads(threads[name])
                     sb3[name].append(solve_sb3(algorithm, preset, args.eval_every, 1 + repeat))
                 torch.set_num_threads(1)
-                print(f"# {algorithm} repeat {repeat}: ours {ours[-1]} sb3 "
+                print(f"# {preset.name} repeat {repeat}: ours {ours[-1]} sb3 "
                       f"{ {t: runs[-1] for t, runs in sb3.items()} } load "
                       f"{os.getloadavg()[0]:.2f}", file=sys.stderr)  # fmt: skip
-            env = preset.env_id.split("-")[0].lower()  # "cartpole", "pendulum"
+            env = preset.env_id.split("-")[0].lower()  # "cartpole", "lunarlander", ...
             to = f"to_{preset.target_return:g}"  # "to_475", "to_-200"
             for name, runs in sb3.items():
                 baseline = f"sb3_{algorithm}_rlzoo_1proc" + ("" if name == "all" else "_1thread")
