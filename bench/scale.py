@@ -44,6 +44,9 @@ count / (count x one worker's); baseline: SB3's same figure; target 0.8; every c
 settings and door (``ChunkSpec``) reads the run's experience topic back from the start:
 the uncompressed observation MB/s the trainer's read path (fetch, decompress, decode,
 check) holds when no learner or env shares the cores with it; baseline: the 200 MB/s.
+``pong_obs_mb_per_s_env_ceiling``: before any Pong point, one process per core steps the
+preset's env (8 envs, the ``atari`` wrapper) under random actions and nothing else: the
+observation MB/s the machine's cores can make at all, whatever carries them.
 
 The codec (``pong_compression_choice``): real Pong chunks (one share of a worker under a
 random policy, ``bench/compression.py``'s recorder) compressed and decompressed per record
@@ -530,6 +533,51 @@ def read_back(part: Part, seconds: float) -> Any:
     return read, result
 
 
+# --------------------------------------------------------------------------- ceiling
+
+
+def _step_randomly(preset: Preset, num_envs: int, seconds: float, out: Any) -> None:
+    """One process: the preset's vector env under uniform random actions, nothing else."""
+    from coach_stream.envs import make_vector_env
+
+    envs = make_vector_env(preset.env_id, num_envs, preset.env_wrappers)
+    envs.reset(seed=1)
+    envs.action_space.seed(1)
+    envs.step(envs.action_space.sample())  # warm-up
+    steps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        envs.step(envs.action_space.sample())
+        steps += num_envs
+    out.put(steps / (time.perf_counter() - t0))
+    envs.close()
+
+
+def env_ceiling(part: Part, seconds: float) -> None:
+    """The most any pipeline could produce here: one process per core stepping the env alone
+    (no policy, no codec, no Kafka, no trainer), its observation MB/s beside the target."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    cores = os.cpu_count() or 1
+    envs = part.preset.rollout.num_envs
+    processes = [
+        context.Process(target=_step_randomly, args=(part.preset, envs, seconds, out))
+        for _ in range(cores)
+    ]
+    busy_before, t0 = machine_busy_s(), time.monotonic()
+    for process in processes:
+        process.start()
+    rates = [out.get(timeout=seconds + 120) for _ in processes]
+    for process in processes:
+        process.join()
+    steps = sum(rates)  # busy_cores spans the envs' start-up too, not only their window
+    busy = (machine_busy_s() - busy_before) / (time.monotonic() - t0)
+    emit(f"{part.name}_obs_mb_per_s_env_ceiling", steps * part.obs_bytes / 1e6, "MB/s",
+         "target", MB_TARGET, env_steps_per_s=round(steps, 1), processes=cores,
+         envs_per_process=envs, busy_cores=round(busy, 2), load1=os.getloadavg()[0])  # fmt: skip
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -623,6 +671,7 @@ def main() -> int:
             codec = args.codec or ("lz4" if args.quick else "auto")
             codec = choose_codec() if codec == "auto" else codec
             plan.append((pong_part(codec), pong_counts))
+            env_ceiling(plan[-1][0], args.seconds)
         for part, part_counts in plan:
             keep, result = read_back(part, args.seconds) if part.name == "pong" else (None, {})
             ours, sb3 = measure_part(part, part_counts, args, kafka, state, keep_topic=keep)
