@@ -53,7 +53,14 @@ from coach_stream.algorithms import builder_for
 from coach_stream.codec import decode_chunk, encode_chunk
 from coach_stream.config import Preset, load_preset
 from coach_stream.core import ExperienceChunk, LoadedPolicy, PolicyVersion
-from coach_stream.envs import SeedRole, env_seeds, env_shape, make_vector_env, process_seed
+from coach_stream.envs import (
+    EnvShape,
+    SeedRole,
+    env_seeds,
+    env_shape,
+    make_vector_env,
+    process_seed,
+)
 from coach_stream.events import EventList
 from coach_stream.rollout.worker import RolloutWorker
 
@@ -183,17 +190,23 @@ def _sb3_ppo(preset: Preset, quota: int, device: torch.device) -> Any:
     return model
 
 
+def _replay_learner(preset: Preset, min_steps: int) -> tuple[list[ExperienceChunk], EnvShape, Any]:
+    """One worker's captured chunks, the env's shape and a fresh replay learner (DQN, SAC)
+    holding them."""
+    chunks = capture(preset, 0, min_steps)
+    shape = env_shape(make_vector_env(preset.env_id, 1))
+    learner = builder_for(preset).make_learner(shape, 1, torch.Generator().manual_seed(1))
+    learner.ingest(chunks, 0)
+    return chunks, shape, learner
+
+
 # --------------------------------------------------------------------------- DQN
 
 
 def dqn_sides(device: torch.device) -> dict[str, Callable[[], int]]:
     preset = load_preset("cartpole-dqn", [f"trainer.device={device.type}"])
     c = preset.dqn_config
-    chunks = capture(preset, 0, 20_000)
-    builder = builder_for(preset)
-    shape = env_shape(make_vector_env(preset.env_id, 1))
-    learner: Any = builder.make_learner(shape, 1, torch.Generator().manual_seed(1))
-    learner.ingest(chunks, 0)
+    chunks, shape, learner = _replay_learner(preset, 20_000)
     steps_per_learn = 32
 
     def ours() -> int:
@@ -242,11 +255,7 @@ def _sb3_dqn(preset: Preset, chunks: list[ExperienceChunk], device: torch.device
 def sac_sides(device: torch.device) -> dict[str, Callable[[], int]]:
     preset = load_preset("pendulum-sac", [f"trainer.device={device.type}"])
     c = preset.sac
-    chunks = capture(preset, 0, 10_000)
-    builder = builder_for(preset)
-    shape = env_shape(make_vector_env(preset.env_id, 1))
-    learner: Any = builder.make_learner(shape, 1, torch.Generator().manual_seed(1))
-    learner.ingest(chunks, 0)
+    chunks, _, learner = _replay_learner(preset, 10_000)
 
     def ours() -> int:
         learner.limiter.insert(10**6)  # never paced here: the learner's own speed
