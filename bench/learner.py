@@ -200,6 +200,17 @@ def _replay_learner(preset: Preset, min_steps: int) -> tuple[list[ExperienceChun
     return chunks, shape, learner
 
 
+def _fill_replay_buffer(model: Any, chunks: list[ExperienceChunk]) -> None:
+    """SB3's replay buffer gets the same transitions ours holds, one at a time."""
+    for chunk in chunks:
+        for t in range(chunk.num_steps):
+            model.replay_buffer.add(
+                chunk.observations[t : t + 1], chunk.observations[t + 1 : t + 2],
+                chunk.actions[t : t + 1], chunk.rewards[t : t + 1],
+                chunk.terminated[t : t + 1], [{}],
+            )  # fmt: skip
+
+
 # --------------------------------------------------------------------------- DQN
 
 
@@ -239,13 +250,7 @@ def _sb3_dqn(preset: Preset, chunks: list[ExperienceChunk], device: torch.device
         seed=1, verbose=0, device=device.type,
     )  # fmt: skip
     model.set_logger(configure(None, []))
-    for chunk in chunks:  # the same transitions ours holds
-        for t in range(chunk.num_steps):
-            model.replay_buffer.add(
-                chunk.observations[t : t + 1], chunk.observations[t + 1 : t + 2],
-                chunk.actions[t : t + 1], chunk.rewards[t : t + 1],
-                chunk.terminated[t : t + 1], [{}],
-            )  # fmt: skip
+    _fill_replay_buffer(model, chunks)
     return model
 
 
@@ -287,13 +292,7 @@ def _sb3_sac(preset: Preset, chunks: list[ExperienceChunk], device: torch.device
         seed=1, verbose=0, device=device.type,
     )  # fmt: skip
     model.set_logger(configure(None, []))
-    for chunk in chunks:
-        for t in range(chunk.num_steps):
-            model.replay_buffer.add(
-                chunk.observations[t : t + 1], chunk.observations[t + 1 : t + 2],
-                chunk.actions[t : t + 1], chunk.rewards[t : t + 1],
-                chunk.terminated[t : t + 1], [{}],
-            )  # fmt: skip
+    _fill_replay_buffer(model, chunks)
     return model
 
 
