@@ -110,17 +110,16 @@ def provision(libs: Path, log: Path, steps: Steps = no_steps) -> None:
     done_marker.write_text(KAFKA_VERSION + "\n")
 
 
-def _server_properties(layout: KafkaLayout, broker_port: int, controller_port: int) -> str:
+def single_node_properties(data: Path, controller_port: int, listeners: str) -> str:
+    """A KRaft node that is its own controller, storing under ``data``; ``listeners`` are
+    the lines that name and secure its broker listeners (the controller's is added here)."""
     return f"""\
 process.roles=broker,controller
 node.id=1
 controller.quorum.bootstrap.servers=127.0.0.1:{controller_port}
-listeners=PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}
-advertised.listeners=PLAINTEXT://127.0.0.1:{broker_port}
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
-inter.broker.listener.name=PLAINTEXT
-log.dirs={layout.data}
+{listeners.strip()}
+log.dirs={data}
 num.partitions=1
 # One node: every internal topic has one replica; few partitions keep start-up fast.
 offsets.topic.replication.factor=1
@@ -133,6 +132,16 @@ share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 message.max.bytes=16777216
 """
+
+
+def _server_properties(layout: KafkaLayout, broker_port: int, controller_port: int) -> str:
+    listeners = f"""\
+listeners=PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}
+advertised.listeners=PLAINTEXT://127.0.0.1:{broker_port}
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+"""
+    return single_node_properties(layout.data, controller_port, listeners)
 
 
 _LOG4J = """\

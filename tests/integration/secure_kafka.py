@@ -123,13 +123,9 @@ def _properties(home: Path, keystore: Path, ports: tuple[int, int, int]) -> str:
         "org.apache.kafka.common.security.scram.ScramLoginModule required "
         f'username="{ADMIN[0]}" password="{ADMIN[1]}";'
     )
-    return f"""\
-process.roles=broker,controller
-node.id=1
-controller.quorum.bootstrap.servers=127.0.0.1:{controller}
+    listeners = f"""\
 listeners=SASL_PLAINTEXT://127.0.0.1:{plain},SASL_SSL://127.0.0.1:{tls},CONTROLLER://127.0.0.1:{controller}
 advertised.listeners=SASL_PLAINTEXT://127.0.0.1:{plain},SASL_SSL://127.0.0.1:{tls}
-controller.listener.names=CONTROLLER
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL
 inter.broker.listener.name=SASL_PLAINTEXT
 sasl.enabled.mechanisms=SCRAM-SHA-512
@@ -138,18 +134,8 @@ listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config={jaas}
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config={jaas}
 ssl.keystore.type=PEM
 ssl.keystore.location={keystore}
-log.dirs={home / "data"}
-num.partitions=1
-offsets.topic.replication.factor=1
-offsets.topic.num.partitions=4
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-transaction.state.log.num.partitions=4
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-group.initial.rebalance.delay.ms=0
-message.max.bytes=16777216
 """
+    return kafka.single_node_properties(home / "data", controller, listeners)
 
 
 def start(home: Path, libs: Path, username: str, password: str) -> SecureBroker:
