@@ -18,7 +18,7 @@ from pathlib import Path
 from coach_stream.rollout.priority import yield_cpu
 yield_cpu(int(sys.argv[1]))
 group = Path("/proc/self/autogroup")
-fields = group.read_text().split() if group.exists() else []  # sandboxes may show it empty
+fields = group.read_text().split() if group.exists() else []  # empty in a CPU cgroup
 print(os.getpriority(os.PRIO_PROCESS, 0), fields[-1] if fields else "-")
 """
 INHERITED = os.getpriority(os.PRIO_PROCESS, 0)  # CI may run the whole suite under nice
@@ -26,7 +26,9 @@ AUTOGROUP = Path("/proc/self/autogroup")
 
 
 def _autogroup_text() -> str:
-    """This process's autogroup line; empty where the kernel (or a sandbox) has none."""
+    """This process's autogroup line. Empty without autogroup scheduling, and also where the
+    process sits in a cgroup with its own CPU group (containers, CI): the kernel prints
+    nothing for a task outside an autogroup."""
     try:
         return AUTOGROUP.read_text()
     except OSError:
