@@ -4,9 +4,8 @@ With Linux's autogroup scheduling every session is one scheduling group, and nic
 only the processes inside a group; the local orchestrator starts each task in its own
 session, so that session's group is lowered too. A process that shares its session
 (``coach-stream rollout`` typed in a shell) leaves the group alone: lowering it would
-slow the whole shell session down. Inside a container whose cgroup has its own CPU group
-there is no autogroup to lower (the kernel shows an empty ``/proc/self/autogroup``), and
-nice alone orders the container's processes, the trainer among them.
+slow the whole shell session down. Where a task is in no autogroup (the kernel shows an
+empty ``/proc/self/autogroup``) there is no group to lower, and nice alone orders it.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from pathlib import Path
 from coach_stream.rollout.priority import yield_cpu
 yield_cpu(int(sys.argv[1]))
 group = Path("/proc/self/autogroup")
-fields = group.read_text().split() if group.exists() else []  # empty in a CPU cgroup
+fields = group.read_text().split() if group.exists() else []  # CI shows it empty
 print(os.getpriority(os.PRIO_PROCESS, 0), fields[-1] if fields else "-")
 """
 INHERITED = os.getpriority(os.PRIO_PROCESS, 0)  # CI may run the whole suite under nice
@@ -26,9 +26,8 @@ AUTOGROUP = Path("/proc/self/autogroup")
 
 
 def _autogroup_text() -> str:
-    """This process's autogroup line. Empty without autogroup scheduling, and also where the
-    process sits in a cgroup with its own CPU group (containers, CI): the kernel prints
-    nothing for a task outside an autogroup."""
+    """This process's autogroup line; empty without autogroup scheduling. CI's kernel shows
+    the file with no line in it (a task outside any autogroup prints nothing)."""
     try:
         return AUTOGROUP.read_text()
     except OSError:
