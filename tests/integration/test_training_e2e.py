@@ -227,14 +227,25 @@ def test_sync_run_with_a_worker_killed_mid_run_completes(
         orchestrator, "cartpole-ppo", run_id, kafka_bootstrap, (tmp_path / "ckpt").as_uri(),
         workers=3, restart_workers=False,
     )  # fmt: skip
-    wait_for(
-        orchestrator, run_id, "the trainer's 3rd policy version",
-        lambda p: (p.figure("time/policy_version") or 0) >= 3,
-    )  # fmt: skip
-    victim = {s.name: s for s in orchestrator.status(run_id)}["rollout-1"]
-    assert victim.pid is not None
-
-    os.kill(victim.pid, signal.SIGKILL)
+    # Held, the evaluator cannot end the run (CartPole solves here in ~3 s) before the kill,
+    # nor until the trainer has gone on without the dead worker.
+    evaluator_pid = wait_for_pid(orchestrator, run_id, "evaluator")
+    os.kill(evaluator_pid, signal.SIGSTOP)
+    try:
+        before = wait_for(
+            orchestrator, run_id, "the trainer's 3rd policy version",
+            lambda p: (p.figure("time/policy_version") or 0) >= 3,
+        )  # fmt: skip
+        victim = {s.name: s for s in orchestrator.status(run_id)}["rollout-1"]
+        assert victim.pid is not None and victim.state is TaskState.RUNNING
+        os.kill(victim.pid, signal.SIGKILL)
+        killed_at = before.figure("time/policy_version") or 0
+        wait_for(
+            orchestrator, run_id, "2 more policy versions without rollout-1",
+            lambda p: (p.figure("time/policy_version") or 0) >= killed_at + 2,
+        )  # fmt: skip
+    finally:
+        os.kill(evaluator_pid, signal.SIGCONT)
     outcome = follow(orchestrator, run_id, timeout_s=RUN_TIMEOUT_S)
 
     assert_solved(outcome, orchestrator, "cartpole-ppo")
