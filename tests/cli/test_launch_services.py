@@ -142,6 +142,11 @@ def test_a_checkpoint_dir_that_cannot_be_created_is_refused(
     assert_nothing_left(ws, run_id, run_topics)
 
 
+# CartPole-v1 returns at most 500 and a warm launch solves it within 3 s: runs that must be
+# timed out or signalled while they train get a target out of reach, whatever the speed.
+NEVER_SOLVED = ("--set", "target_return=501")
+
+
 def _start_launch(
     ws: Workspace, services: Services, run_id: str, *extra: str
 ) -> subprocess.Popen[str]:
@@ -177,9 +182,7 @@ def _state_of(run_json: Path) -> str | None:
 def test_a_run_that_times_out_exits_1_and_leaves_no_process(
     ws: Workspace, services: Services, run_id: str
 ) -> None:
-    # CartPole-v1 returns at most 500: a warm launch solves it within 3 s, so the target
-    # is put out of reach to make this run time out whatever the machine's speed.
-    launcher = _start_launch(ws, services, run_id, "--timeout", "3", "--set", "target_return=501")
+    launcher = _start_launch(ws, services, run_id, "--timeout", "3", *NEVER_SOLVED)
     out, err = launcher.communicate(timeout=180)
     assert launcher.returncode == 1, err
     assert f"run {run_id}: timed out after" in out
@@ -192,7 +195,7 @@ def test_a_run_that_times_out_exits_1_and_leaves_no_process(
 def test_sigterm_to_a_foreground_launch_exits_130_and_stops_the_run(
     ws: Workspace, services: Services, run_id: str, when: str
 ) -> None:
-    launcher = _start_launch(ws, services, run_id)
+    launcher = _start_launch(ws, services, run_id, *NEVER_SOLVED)
     try:
         _wait_for_state(ws, run_id, when)
         launcher.send_signal(signal.SIGTERM)
@@ -212,7 +215,7 @@ def test_status_and_stop_of_an_ended_run_exit_0(
     ws: Workspace, services: Services, run_id: str
 ) -> None:
     """`status` and `stop` of a run that ended (here: timed out) succeed and say so."""
-    launcher = _start_launch(ws, services, run_id, "--timeout", "1")
+    launcher = _start_launch(ws, services, run_id, "--timeout", "1", *NEVER_SOLVED)
     launcher.communicate(timeout=180)
     assert launcher.returncode == 1
     state = ("--state-dir", str(ws.state_dir))
