@@ -127,6 +127,11 @@ def test_status_logs_kill9_scale_and_stop_purge_while_it_trains(
     )  # fmt: skip
     assert started.returncode == 0, started.stderr[-3000:]
     assert started.stdout.strip() == run_id
+    # Only the evaluator's reports end a run, and a warm CartPole PPO run solves in seconds:
+    # held from the start, it keeps the run training through every step below.
+    evaluator = nomad_double.allocation(the_job, "evaluator", 0).tasks["evaluator"].process
+    assert evaluator is not None
+    os.killpg(evaluator.pid, signal.SIGSTOP)
     trainer: subprocess.Popen[bytes] | None = None
     try:
         # status answers while it runs (no --orchestrator: NOMAD_ADDR and no local run).
@@ -146,9 +151,8 @@ def test_status_logs_kill9_scale_and_stop_purge_while_it_trains(
         assert logs.returncode == 0, logs.stderr
         assert '"task": "rollout-1"' in logs.stdout and '"event": "progress"' in logs.stdout
 
-        # The trainer is held (SIGSTOP) while a worker is killed and one is added: CartPole
-        # PPO can solve in seconds, and a run that ended meanwhile would leave nothing to
-        # restart and no share for a new worker. The workers have their policy already.
+        # The trainer is held as well (SIGSTOP) while a worker is killed and one is added,
+        # so nothing moves on meanwhile; the workers have their policy already.
         trainer = nomad_double.allocation(the_job, "trainer", 0).tasks["trainer"].process
         assert trainer is not None
         os.killpg(trainer.pid, signal.SIGSTOP)  # its own process group, as Nomad starts it
@@ -172,17 +176,19 @@ def test_status_logs_kill9_scale_and_stop_purge_while_it_trains(
         assert "rollout-2" in scaled.stdout
         assert worker_experience(kafka_bootstrap, run_id, 2, RUN_TIMEOUT_S).startswith(b"2/")
 
-        # ...and, the trainer let go, the run still solves.
+        # ...and, the trainer and the evaluator let go, the run still solves.
         os.killpg(trainer.pid, signal.SIGCONT)
+        os.killpg(evaluator.pid, signal.SIGCONT)
         finished = telemetry_until(
             kafka_bootstrap, run_id, lambda t, e: t == "trainer" and e["event"] == "finished",
             RUN_TIMEOUT_S,
         )  # fmt: skip
         assert finished["reason"] == "target_reached"
     finally:
-        if trainer is not None:
-            with contextlib.suppress(ProcessLookupError):  # a stopped one ignores SIGTERM
-                os.killpg(trainer.pid, signal.SIGCONT)
+        for held in (trainer, evaluator):
+            if held is not None:
+                with contextlib.suppress(ProcessLookupError):  # a stopped one ignores SIGTERM
+                    os.killpg(held.pid, signal.SIGCONT)
         stopped = cli(env, "stop", run_id, "--purge", "--state-dir", str(tmp_path))
     assert stopped.returncode == 0, stopped.stderr
     assert the_job not in nomad_double.jobs
