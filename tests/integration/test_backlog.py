@@ -83,4 +83,4 @@ def test_an_unanswering_broker_makes_the_backlog_unknown_for_a_while(
         assert "backlog on coach-stream.it-nobody.experience is unknown" in caplog.text
         started = time.monotonic()
         assert backlog.unread() is None  # not asked again within retry_after_s
-        assert time.monotonic() - started < 0.1
+        assert time.monotonic() - started < 0.4  # asking would wait out its 0.5 s timeout
