@@ -9,12 +9,13 @@ preset's env-step budget.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +123,18 @@ def wait_for_pid(orchestrator: LocalOrchestrator, run_id: str, task: str) -> int
         time.sleep(0.05)
 
 
+@contextlib.contextmanager
+def evaluator_held(orchestrator: LocalOrchestrator, run_id: str) -> Iterator[None]:
+    """SIGSTOP the evaluator for the block. Only its reports can end a run, so the run is
+    still training inside the block however fast this machine solves CartPole (~3 s)."""
+    pid = wait_for_pid(orchestrator, run_id, "evaluator")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
 def test_cartpole_ppo_sync_solves_through_the_cli_with_gcs_checkpoints(
     kafka_bootstrap: str, gcs_endpoint: str, unique_name: str, tmp_path: Path
 ) -> None:
@@ -182,11 +195,7 @@ def test_trainer_kill_9_resumes_from_stored_positions_and_still_solves(
 ) -> None:
     run_id = f"e2e-resume-{unique_name}"
     launch(orchestrator, preset, run_id, kafka_bootstrap, (tmp_path / "ckpt").as_uri())
-    # Only the evaluator's reports can end the run, so pausing it guarantees the trainer is
-    # still training when it is killed, however fast this machine solves CartPole.
-    evaluator_pid = wait_for_pid(orchestrator, run_id, "evaluator")
-    os.kill(evaluator_pid, signal.SIGSTOP)
-    try:
+    with evaluator_held(orchestrator, run_id):  # so the trainer is killed mid-run
         before = wait_for(
             orchestrator, run_id, "the trainer's 4th policy version",
             lambda p: (p.figure("time/policy_version") or 0) >= 4,
@@ -195,8 +204,6 @@ def test_trainer_kill_9_resumes_from_stored_positions_and_still_solves(
         assert trainer.name == "trainer" and trainer.pid is not None
         assert trainer.state is TaskState.RUNNING
         os.kill(trainer.pid, signal.SIGKILL)
-    finally:
-        os.kill(evaluator_pid, signal.SIGCONT)
     outcome = follow(orchestrator, run_id, timeout_s=RUN_TIMEOUT_S)
 
     assert_solved(outcome, orchestrator, preset)
@@ -227,11 +234,9 @@ def test_sync_run_with_a_worker_killed_mid_run_completes(
         orchestrator, "cartpole-ppo", run_id, kafka_bootstrap, (tmp_path / "ckpt").as_uri(),
         workers=3, restart_workers=False,
     )  # fmt: skip
-    # Held, the evaluator cannot end the run (CartPole solves here in ~3 s) before the kill,
-    # nor until the trainer has gone on without the dead worker.
-    evaluator_pid = wait_for_pid(orchestrator, run_id, "evaluator")
-    os.kill(evaluator_pid, signal.SIGSTOP)
-    try:
+    # Held, the evaluator cannot end the run before the kill, nor until the trainer has
+    # gone on without the dead worker.
+    with evaluator_held(orchestrator, run_id):
         before = wait_for(
             orchestrator, run_id, "the trainer's 3rd policy version",
             lambda p: (p.figure("time/policy_version") or 0) >= 3,
@@ -244,8 +249,6 @@ def test_sync_run_with_a_worker_killed_mid_run_completes(
             orchestrator, run_id, "2 more policy versions without rollout-1",
             lambda p: (p.figure("time/policy_version") or 0) >= killed_at + 2,
         )  # fmt: skip
-    finally:
-        os.kill(evaluator_pid, signal.SIGCONT)
     outcome = follow(orchestrator, run_id, timeout_s=RUN_TIMEOUT_S)
 
     assert_solved(outcome, orchestrator, "cartpole-ppo")
