@@ -55,7 +55,7 @@ def test_dry_run_json_is_a_valid_job_and_registers_nothing(nomad_double: NomadDo
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     job = json.loads(done.stdout)["Job"]
-    assert check_job(job) == []  # the OpenAPI Job schema, no silently ignored key
+    assert check_job(job) == []  # Nomad's Go API Job type, no silently ignored key
     assert [g["Count"] for g in job["TaskGroups"]] == [1, 3, 1]
     assert nomad_double.requests == [] and nomad_double.jobs == {}
     hcl = cli(env, "launch", "cartpole-ppo", "--orchestrator", "nomad", "--dry-run",

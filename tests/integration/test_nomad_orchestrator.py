@@ -44,7 +44,7 @@ def orchestrator(double: NomadDouble, **job: object) -> NomadOrchestrator:
     return NomadOrchestrator(connection, settings, start_timeout_s=30)
 
 
-def test_the_cartpole_job_passes_the_openapi_job_schema_with_no_ignored_key() -> None:
+def test_the_cartpole_job_decodes_as_nomads_api_job_with_no_ignored_key() -> None:
     settings = LaunchSettings(
         preset="cartpole-ppo",
         run_id="r1",

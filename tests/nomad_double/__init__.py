@@ -3,16 +3,14 @@
 It lives in the tests and is never imported by the package. See README.md beside this file.
 """
 
-from .double import NomadDouble, SpecMissingError, check_job, load_spec, spec_path
+from .double import NomadDouble, check_job, shared_contract
 from .server import Fault, RecordedRequest, Violation
 
 __all__ = [
     "Fault",
     "NomadDouble",
     "RecordedRequest",
-    "SpecMissingError",
     "Violation",
     "check_job",
-    "load_spec",
-    "spec_path",
+    "shared_contract",
 ]

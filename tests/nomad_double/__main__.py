@@ -15,7 +15,8 @@ import threading
 import uuid
 from collections.abc import Callable, Sequence
 
-from .double import NomadDouble, SpecMissingError, load_spec, spec_path
+from .apicheck import ApiCheckUnavailableError
+from .double import NomadDouble, shared_contract
 
 
 def main(
@@ -33,13 +34,13 @@ def main(
     )
     args = parser.parse_args(argv)
     try:
-        spec = load_spec(spec_path())
-    except SpecMissingError as error:
+        contract = shared_contract()
+    except (ApiCheckUnavailableError, FileNotFoundError) as error:
         print(f"nomad_double: {error}", file=sys.stderr)
         return 2
     token = None if args.no_acl else (args.token or str(uuid.uuid4()))
     devices = {"nvidia/gpu/double": args.gpus} if args.gpus else None
-    double = NomadDouble(spec=spec, token=token, node_devices=devices)
+    double = NomadDouble(contract=contract, token=token, node_devices=devices)
     print(f"export NOMAD_ADDR={shlex.quote(double.address)}")
     print(f"export NOMAD_TOKEN={shlex.quote(token or '')}", flush=True)
     if on_ready is not None:

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from .cluster import Allocation, Cluster, JobRecord, VariableRecord
+from .contract import Contract, load_contract
 from .executor import HOST_ENV_KEYS
 from .jobs import validate_job
-from .openapi import OpenAPISpec, default_spec_path
 from .server import Fault, RecordedRequest, Violation, serve
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -34,26 +34,10 @@ def _stop_live_doubles() -> None:
         double.stop()
 
 
-class SpecMissingError(Exception):
-    """The OpenAPI description is not where NOMAD_OPENAPI_SPEC (or the default) says."""
-
-
-def spec_path() -> Path:
-    explicit = os.environ.get("NOMAD_OPENAPI_SPEC")
-    if explicit:
-        return (REPO_ROOT / explicit).resolve() if not os.path.isabs(explicit) else Path(explicit)
-    return default_spec_path(REPO_ROOT)
-
-
-@lru_cache(maxsize=4)
-def load_spec(path: Path) -> OpenAPISpec:
-    """Parsed once per process (2 s): session and function fixtures share it."""
-    if not path.is_file():
-        raise SpecMissingError(
-            f"the Nomad OpenAPI description is missing at {path};"
-            " set NOMAD_OPENAPI_SPEC to its path"
-        )
-    return OpenAPISpec(path)
+@lru_cache(maxsize=1)
+def shared_contract() -> Contract:
+    """This process's contract, loaded once (building the checker the first time)."""
+    return load_contract()
 
 
 class NomadDouble:
@@ -73,7 +57,7 @@ class NomadDouble:
         self,
         *,
         token: str | None = None,
-        spec: OpenAPISpec,
+        contract: Contract | None = None,
         root: Path | None = None,
         region: str = "global",
         datacenter: str = "dc1",
@@ -87,7 +71,7 @@ class NomadDouble:
         if unknown_keys not in ("reject", "record"):
             raise ValueError("unknown_keys must be 'reject' or 'record'")
         self.token = token
-        self.spec = spec
+        self.contract = contract or shared_contract()
         self.unknown_keys = unknown_keys
         self.invalid_job_status = invalid_job_status
         self.namespaces = set(namespaces)
@@ -293,17 +277,16 @@ class NomadDouble:
         self.stop()
 
 
-def check_job(job: Mapping[str, Any], spec: OpenAPISpec | None = None) -> list[str]:
+def check_job(job: Mapping[str, Any], contract: Contract | None = None) -> list[str]:
     """Everything the double would say about a job (the ``Job`` object, not the request):
-    schema errors, keys Nomad would silently ignore, and Nomad's validation errors.
+    type errors against Nomad's API ``Job``, keys Nomad would silently ignore (each says so),
+    and Nomad's validation errors.
 
     ``[]`` means a real Nomad accepts the job as written, every key with its meaning. For a
     ``--dry-run`` test: ``assert check_job(json.loads(output)["Job"]) == []``.
     """
-    spec = spec or load_spec(spec_path())
-    problems = spec.check_schema_ref("Job", dict(job))
-    found = [f"{e} (schema)" for e in problems.errors]
-    found += [f"{u} (Nomad would silently ignore it)" for u in problems.unknown]
+    problems = (contract or shared_contract()).check("Job", dict(job))
+    found = problems.errors + problems.unknown
     if not problems.errors:
         found += validate_job(dict(job))
     return found

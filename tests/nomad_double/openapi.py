@@ -1,25 +1,18 @@
-"""Validation of the double's traffic against Nomad's official OpenAPI 3.0 description.
+"""The optional extra layer: HashiCorp's OpenAPI 3.0 description of Nomad's v1 API.
 
-The description (hashicorp/nomad-openapi, v1) declares no ``additionalProperties: false``,
-so a plain validation accepts any unknown key. Nomad's Go JSON decoder silently ignores
-unknown keys too, which is exactly the bug class we want to catch (a misspelt
-``RestartPolicy`` key is dropped and the job runs with defaults). So every body is
-validated twice: once against the description as published (a failure is a real type
-error Nomad would refuse), and once against a *strict* copy in which every object schema
-with ``properties`` and no ``additionalProperties`` forbids other keys (a failure there is
-a key Nomad would ignore).
-
-Known errata of the description, handled here and listed in README.md:
-- ``DELETE /var/{path}`` declares a required body; Nomad reads none (python-nomad sends none).
-- Blocking queries: ``index`` is declared as a header; Nomad reads it from the query string.
-- ``filter``/``meta``/``reverse`` query parameters exist in Nomad but not in this description.
+Used only where ``NOMAD_OPENAPI_SPEC`` names the file (``contract.load_contract``); the
+double's own contract is Nomad's Go API types (``apicheck``). The description declares no
+``additionalProperties: false``, so every body is validated twice: once as published (a
+failure is a type error Nomad would refuse), and once against a *strict* copy in which every
+object schema with ``properties`` and no ``additionalProperties`` forbids other keys (a
+failure there is a key Nomad would ignore). Its errata are listed in ``routes_table``.
 """
 
 from __future__ import annotations
 
 import copy
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,25 +20,7 @@ import yaml
 from jsonschema.exceptions import ValidationError
 from openapi_schema_validator import OAS30Validator, oas30_format_checker
 
-# Query parameters Nomad reads that the description does not declare (see module doc).
-_EXTRA_QUERY: dict[str, str] = {
-    "index": "integer",
-    "wait": "string",
-    "filter": "string",
-    "meta": "boolean",
-    "reverse": "boolean",
-}
-_GO_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
-_GO_FALSE = {"0", "f", "F", "FALSE", "false", "False"}
-
-
-def go_parse_bool(text: str) -> bool:
-    """Go's strconv.ParseBool, which Nomad uses for boolean query parameters."""
-    if text in _GO_TRUE:
-        return True
-    if text in _GO_FALSE:
-        return False
-    raise ValueError(f"strconv.ParseBool: parsing {text!r}: invalid syntax")
+from .problems import Problems
 
 
 @dataclass(frozen=True)
@@ -60,17 +35,6 @@ class Operation:
     body_schema: dict[str, Any] | None
     body_required: bool
     response_schema: dict[str, Any] | None
-
-
-@dataclass
-class Problems:
-    """What a validation found: type errors Nomad refuses, unknown keys Nomad ignores."""
-
-    errors: list[str] = field(default_factory=list)
-    unknown: list[str] = field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return bool(self.errors or self.unknown)
 
 
 def _path(error: ValidationError) -> str:
@@ -188,38 +152,3 @@ class OpenAPISpec:
     def check_schema_ref(self, name: str, value: Any) -> Problems:
         """Validate against ``#/components/schemas/<name>``."""
         return self.check({"$ref": f"#/components/schemas/{name}"}, value)
-
-    def check_query(self, op: Operation, query: dict[str, list[str]]) -> Problems:
-        """Each query parameter: declared (or a known erratum) and of its declared type."""
-        problems = Problems()
-        declared = {
-            p["name"]: p["schema"].get("type", "string")
-            for p in op.parameters
-            if p["in"] == "query"
-        }
-        for name, values in query.items():
-            kind = declared.get(name) or _EXTRA_QUERY.get(name)
-            if kind is None:
-                problems.unknown.append(
-                    f"query parameter {name!r} is not one {op.operation_id} reads"
-                )
-                continue
-            for text in values:
-                problems.errors.extend(check_scalar(name, kind, text))
-        return problems
-
-
-def check_scalar(name: str, kind: str, text: str) -> list[str]:
-    """A query value against its declared scalar type, parsed as Nomad (Go) parses it."""
-    try:
-        if kind == "boolean":
-            go_parse_bool(text)
-        elif kind == "integer":
-            int(text)
-    except ValueError:
-        return [f"query parameter {name}={text!r} is not a valid {kind}"]
-    return []
-
-
-def default_spec_path(repo_root: Path) -> Path:
-    return (repo_root / ".." / "shared" / "reference" / "nomad-openapi-v1.yaml").resolve()

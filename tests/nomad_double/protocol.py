@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .jobs import format_errors
-from .openapi import Problems, go_parse_bool
+from .problems import Problems, go_parse_bool
 
 if TYPE_CHECKING:
     from collections.abc import Callable

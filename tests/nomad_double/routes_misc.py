@@ -10,7 +10,7 @@ from typing import Any
 
 from . import views
 from .cluster import VariableRecord
-from .openapi import Problems, check_scalar
+from .problems import Problems, check_scalar
 from .protocol import HTTPError, Reply, RequestContext
 
 

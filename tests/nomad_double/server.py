@@ -1,11 +1,11 @@
 """The HTTP front of the double: ACL, routing, validation of every request and response.
 
-Each request goes: ACL token check -> route (the OpenAPI description's paths, plus the two
-endpoints it lacks: ``/v1/agent/self`` and ``/v1/client/fs/logs/{alloc_id}``) -> query and
-body validation (400 with Nomad's plain-text style on a type error; a key Nomad would
-silently ignore is also refused with 400 unless ``unknown_keys="record"``) -> handler ->
-response validation (a failure is recorded as a ``response`` violation, which fails the
-fixture's teardown: the double must never lie about Nomad's shapes).
+Each request goes: ACL token check -> route (``routes_table``: Nomad's v1 operations, plus
+``/v1/agent/self`` and ``/v1/client/fs/logs/{alloc_id}``, handled by hand) -> query and body
+validation against Nomad's Go API types (400 with Nomad's plain-text style on a type error;
+a key Nomad would silently ignore is also refused with 400 unless ``unknown_keys="record"``)
+-> handler -> response validation (a failure is recorded as a ``response`` violation, which
+fails the fixture's teardown: the double must never lie about Nomad's shapes).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from .openapi import Operation
 from .protocol import (
     _LOGS,
     DropConnection,
@@ -34,6 +33,7 @@ __all__ = ["Fault", "RecordedRequest", "Routes", "Violation", "serve"]
 
 if TYPE_CHECKING:
     from .double import NomadDouble
+    from .routes_table import Route
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -159,24 +159,25 @@ class Routes(JobRoutes, MiscRoutes):
         logs = _LOGS.match(path)
         if logs and self.method == "GET":
             return self._logs(logs.group("alloc_id"))
-        found = self.double.spec.match(self.method, path)
+        contract = self.double.contract
+        found = contract.match(self.method, path)
         if found is None:
-            if self.double.spec.path_exists(path):
+            if contract.path_exists(path):
                 raise HTTPError(405, "Invalid method")
             raise HTTPError(404, "Invalid URL path")
-        op, params = found
-        handler = getattr(self, f"op_{_snake(op.operation_id)}", None)
+        route, params = found
+        handler = getattr(self, f"op_{_snake(route.operation_id)}", None)
         if handler is None:
             self.violation(
-                "unimplemented", f"{op.operation_id} is not implemented by the Nomad double"
+                "unimplemented", f"{route.operation_id} is not implemented by the Nomad double"
             )
-            raise HTTPError(501, f"{op.operation_id} is not implemented by the Nomad double")
-        self._validate_request(op)
+            raise HTTPError(501, f"{route.operation_id} is not implemented by the Nomad double")
+        self._validate_request(route, path)
         reply: Reply = handler(**{_snake(k): v for k, v in params.items()})
-        if reply.status == 200 and op.response_schema is not None and reply.raw is None:
-            problems = self.double.spec.check(op.response_schema, reply.body)
+        if reply.status == 200 and route.response is not None and reply.raw is None:
+            problems = contract.check_response(route, path, reply.body)
             for detail in problems.errors + problems.unknown:
-                self.violation("response", f"{op.operation_id} response: {detail}")
+                self.violation("response", f"{route.operation_id} response: {detail}")
         return reply
 
     def _check_acl(self, path: str) -> None:
@@ -188,18 +189,17 @@ class Routes(JobRoutes, MiscRoutes):
         if self.headers.get("x-nomad-token") != token:
             raise HTTPError(403, "Permission denied")
 
-    def _validate_request(self, op: Operation) -> None:
-        problems = self.double.spec.check_query(op, self.query)
-        if op.body_schema is not None:
+    def _validate_request(self, route: Route, path: str) -> None:
+        problems = self.double.contract.check_query(route, self.query)
+        if route.request is not None:
             if self.body is None:
-                if op.body_required:
-                    problems.errors.append("request body is required")
+                problems.errors.append("request body is required")
             else:
-                body_problems = self.double.spec.check(op.body_schema, self.body)
+                body_problems = self.double.contract.check_request(route, path, self.body)
                 problems.errors.extend(body_problems.errors)
                 problems.unknown.extend(body_problems.unknown)
         elif self.body is not None:
-            problems.unknown.append(f"{op.operation_id} reads no body, got one")
+            problems.unknown.append(f"{route.operation_id} reads no body, got one")
         self._report(problems)
 
 

@@ -12,11 +12,13 @@ import requests
 from nomad.api import exceptions as nomad_errors
 
 import nomad
-from nomad_double import NomadDouble, SpecMissingError, check_job, load_spec
+from nomad_double import NomadDouble, check_job
 from nomad_double import views as double_views
 from nomad_double.__main__ import main as run_by_hand
-from nomad_double.double import REPO_ROOT, spec_path
-from nomad_double.fixtures import MakeDouble, spec_or_skip
+from nomad_double.apicheck import ApiCheckUnavailableError
+from nomad_double.apicheck import build as build_checker
+from nomad_double.contract import load_contract
+from nomad_double.fixtures import MakeDouble, contract_or_skip
 from nomad_double.jobspecs import (
     auth,
     client,
@@ -184,18 +186,18 @@ def test_invalid_job_status_can_be_400(nomad_double_factory: MakeDouble) -> None
     [
         (
             job("x", group("g", "2", task("t", "pass"))),  # type: ignore[arg-type]
-            "$.Job.TaskGroups[0].Count: '2' is not of type 'integer'",
+            '$.Job.TaskGroups[0].Count: "2" is not a number (int)',
         ),
         (
             job("x", group("g", 1, task("t", "pass"), Restart={"Attempts": 1})),
-            "'Restart' was unexpected",
+            'TaskGroup has no field "Restart"',
         ),
-        (job("x", group("g", 1, task("t", "pass")), type="batch"), "'type' was unexpected"),
-        ({"job": job("x", group("g", 1, task("t", "pass")))["Job"]}, "'job' was unexpected"),
-        ({"Job": None}, "$.Job: None is not of type 'object'"),
+        (job("x", group("g", 1, task("t", "pass")), Typo="batch"), 'Job has no field "Typo"'),
+        ({"Jobs": job("x", group("g", 1, task("t", "pass")))["Job"]}, 'has no field "Jobs"'),
+        ({"Job": []}, "$.Job: an array is not an object (Job)"),
     ],
 )
-def test_a_body_outside_the_description_is_400_and_registers_nothing(
+def test_a_body_outside_nomads_api_types_is_400_and_registers_nothing(
     nomad_double: NomadDouble, body: dict[str, Any], message: str
 ) -> None:
     with pytest.raises(nomad_errors.BadRequestNomadException) as refused:
@@ -223,8 +225,9 @@ def test_unknown_keys_can_be_recorded_instead_of_refused(nomad_double_factory: M
     double = nomad_double_factory(unknown_keys="record")
     body = job("x", group("g", 0, task("t", "pass"), Restart={"Attempts": 1}))
     client(double).job.register_job("x", body)  # accepted, as Nomad would (silently ignoring it)
-    assert [v.kind for v in double.violations] == ["unknown-key"]
-    assert "'Restart' was unexpected" in double.violations[0].detail
+    # one violation per layer: Nomad's Go types, and the OpenAPI one when it is on
+    assert {v.kind for v in double.violations} == {"unknown-key"}
+    assert 'has no field "Restart"' in double.violations[0].detail
     with pytest.raises(AssertionError, match="Restart"):
         double.assert_no_violations()
 
@@ -315,7 +318,7 @@ def test_blocking_query_returns_when_the_index_moves(nomad_double: NomadDouble) 
     nomad_double.assert_no_violations()
 
 
-def test_a_response_outside_the_description_is_caught(
+def test_a_response_outside_nomads_api_types_is_caught(
     nomad_double: NomadDouble, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     real = double_views.job_view
@@ -326,7 +329,7 @@ def test_a_response_outside_the_description_is_caught(
     api.job.register_job("r", job("r", group("g", 0, task("t", "pass"))))
     api.job.get_job("r")
     caught = nomad_double.response_violations
-    assert len(caught) == 1 and "'Bogus' was unexpected" in caught[0].detail
+    assert caught and 'Job has no field "Bogus"' in caught[0].detail
     nomad_double.violations.clear()  # the teardown would (rightly) fail this test otherwise
 
 
@@ -336,9 +339,12 @@ def test_an_unimplemented_endpoint_is_501_and_recorded(nomad_double: NomadDouble
     assert [v.kind for v in nomad_double.violations] == ["unimplemented"]
 
 
-def test_a_missing_description_is_one_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(SpecMissingError, match="NOMAD_OPENAPI_SPEC"):
-        load_spec(tmp_path / "absent.yaml")
+def test_a_named_openapi_description_that_is_missing_is_one_clear_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("NOMAD_OPENAPI_SPEC", str(tmp_path / "absent.yaml"))
+    with pytest.raises(FileNotFoundError, match=r"NOMAD_OPENAPI_SPEC names .*absent\.yaml"):
+        load_contract()
 
 
 def test_injected_faults_answer_instead_of_the_double(nomad_double: NomadDouble) -> None:
@@ -362,30 +368,32 @@ def test_check_job_names_every_problem_of_a_job() -> None:
     assert check_job(good) == []
     typo = job("x", group("g", 1, task("t", "pass", Resources={"CPU": 100, "Memory": 256})))["Job"]
     assert check_job(typo) == [
-        "$.TaskGroups[0].Tasks[0].Resources: Additional properties are not allowed"
-        " ('Memory' was unexpected) (Nomad would silently ignore it)"
+        '$.TaskGroups[0].Tasks[0].Resources.Memory: unknown field: Resources has no field "Memory"'
+        " (Nomad would silently ignore it)"
     ]
     assert check_job({"ID": "x", "TaskGroups": []}) == ["Missing job task groups"]
-    assert check_job({"ID": 3})[0] == "$.ID: 3 is not of type 'string' (schema)"
+    # Go's decoder matches keys case-insensitively, as Nomad's does: "type" sets Type.
+    assert check_job({**good, "type": "batch"}) == []
+    assert check_job({"ID": 3, "Meta": {"a": 1}, "Priority": 1e3}) == [
+        "$.ID: 3 is not a string",
+        '$.Meta["a"]: 1 is not a string',
+        "$.Priority: 1000.0 does not fit a int",
+    ]
 
 
-def test_a_missing_description_skips_or_fails_when_services_are_required(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.setenv("NOMAD_OPENAPI_SPEC", str(tmp_path / "absent.yaml"))
-    monkeypatch.delenv("COACH_STREAM_REQUIRE_SERVICES", raising=False)
-    with pytest.raises(pytest.skip.Exception, match="NOMAD_OPENAPI_SPEC"):
-        spec_or_skip()
-    monkeypatch.setenv("COACH_STREAM_REQUIRE_SERVICES", "1")
-    with pytest.raises(pytest.fail.Exception, match="COACH_STREAM_REQUIRE_SERVICES=1"):
-        spec_or_skip()
-
-
-def test_a_relative_description_path_is_resolved_from_the_repository(
+def test_a_checker_that_cannot_be_built_skips_or_fails_when_services_are_required(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("NOMAD_OPENAPI_SPEC", "../shared/reference/nomad-openapi-v1.yaml")
-    assert spec_path() == (REPO_ROOT.parent / "shared/reference/nomad-openapi-v1.yaml").resolve()
+    def unavailable() -> None:
+        raise ApiCheckUnavailableError("Go was not found on PATH")
+
+    monkeypatch.setattr("nomad_double.fixtures.shared_contract", unavailable)
+    monkeypatch.delenv("COACH_STREAM_REQUIRE_SERVICES", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="Go was not found"):
+        contract_or_skip()
+    monkeypatch.setenv("COACH_STREAM_REQUIRE_SERVICES", "1")
+    with pytest.raises(pytest.fail.Exception, match="COACH_STREAM_REQUIRE_SERVICES=1"):
+        contract_or_skip()
 
 
 def test_scaling_beyond_the_scaling_block_is_refused(nomad_double: NomadDouble) -> None:
@@ -419,8 +427,22 @@ def test_the_by_hand_runner_prints_its_address_and_token(
     assert outcome == [0]
 
 
-def test_every_handler_is_reachable_from_an_operation_of_the_description() -> None:
-    spec = load_spec(spec_path())
-    routed = {f"op_{_snake(op.operation_id)}" for op in spec.operations}
+def test_every_handler_is_reachable_and_its_body_types_are_known_to_the_checker() -> None:
+    contract = load_contract()
+    routed = {f"op_{_snake(route.operation_id)}": route for route in contract.routes}
     handlers = {name for name in dir(Routes) if name.startswith("op_")}
-    assert handlers and handlers <= routed, handlers - routed
+    assert handlers and handlers <= set(routed), handlers - set(routed)
+    for name in handlers:
+        for type_name in (routed[name].request, routed[name].response):
+            if type_name is not None:  # an unknown type name raises ValueError
+                assert contract.check(type_name, None) == type(contract.check("string", None))()
+
+
+def test_without_go_the_checker_build_fails_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no go here
+    with pytest.raises(ApiCheckUnavailableError, match=r"^Go was not found on PATH") as failed:
+        build_checker(tmp_path / "cache")
+    assert "\n" not in str(failed.value)
+    assert not (tmp_path / "cache").exists()  # nothing half-built left behind
