@@ -14,10 +14,12 @@ import sys
 from collections.abc import Sequence
 
 import typer
+import typer.main
 from rich.console import Console
 from rich.markup import escape
 
 from coach_stream import __version__
+from coach_stream.cli.help_text import show_as_written
 from coach_stream.errors import CoachStreamError, DeliveryError, ServiceUnavailableError
 
 COMMAND_MODULES: dict[str, str] = {
@@ -74,6 +76,14 @@ def build_app(command: str | None = None) -> typer.Typer:
     return app
 
 
+def build_cli(command: str | None = None) -> typer.core.TyperGroup:
+    """``build_app(command)`` as the click command that runs, its help shown as written."""
+    cli = show_as_written(typer.main.get_command(build_app(command)))
+    if not isinstance(cli, typer.core.TyperGroup):
+        raise TypeError("coach-stream's CLI is expected to be a command group")
+    return cli
+
+
 EXIT_SOLVED = 0
 EXIT_NOT_SOLVED = 1
 EXIT_BAD_INPUT = 2
@@ -127,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # In non-standalone mode click hands back the code of a `typer.Exit(n)` (and 130
         # for Ctrl-C) as the return value instead of raising it, so the value must be used.
-        result = build_app(command)(args=args, standalone_mode=False)
+        result = build_cli(command)(args=args, standalone_mode=False)
     except CoachStreamError as error:
         # One line, always: a message that quotes a YAML error or a broker's answer may span
         # several, and scripts (and the supervisor) read the last line as the cause.

@@ -15,6 +15,7 @@ from typing import Any
 import typer
 import typer.main
 
+from coach_stream.cli.help_text import paragraphs
 from coach_stream.cli.main import build_app
 
 HEADER = """\
@@ -34,11 +35,8 @@ _TYPE_NAMES = {str: "text", int: "integer", float: "number", bool: "flag", Path:
 
 
 def _paragraphs(text: str | None) -> list[str]:
-    """Help text as Markdown paragraphs (typer keeps the docstring's line breaks)."""
-    if not text:
-        return []
-    blocks = [_escape(" ".join(block.split())) for block in text.strip().split("\n\n")]
-    return [block for block in blocks if block]
+    """Help text as Markdown paragraphs: the ones ``--help`` shows, each on one line."""
+    return [_escape(paragraph) for paragraph in paragraphs(text)]
 
 
 def _type_text(param: Any) -> str:
@@ -145,7 +143,8 @@ def _commands(group: Any, path: str, depth: int) -> list[str]:
 
 
 def render() -> str:
-    root = typer.main.get_command(build_app())  # every command group registered
+    # Every command group, its docstrings as written (build_cli escapes them for rich).
+    root = typer.main.get_command(build_app())
     if not isinstance(root, typer.core.TyperGroup):
         raise TypeError("coach-stream's CLI is expected to be a command group")
     index = ["## Commands", ""]
