@@ -195,7 +195,14 @@ class IMPALAConfig(_Frozen):
     """IMPALA's learner with V-trace targets (Espeholt et al. 2018), ASYNC on-policy."""
 
     learning_rate: float = Field(default=1e-3, gt=0)
-    """Adam's learning rate."""
+    """Adam's learning rate (its start value when ``anneal_lr``)."""
+    anneal_lr: bool = False
+    """Decay the learning rate linearly over ``anneal_steps`` env steps, down to a floor of
+    5 % of ``learning_rate`` (as PPO's)."""
+    anneal_steps: int | None = Field(default=None, ge=1)
+    """Default: the preset's env_step_budget."""
+    norm_adv: bool = False
+    """Normalize the policy-gradient advantages within each batch (as PPO's ``norm_adv``)."""
     gamma: float = Field(default=0.99, gt=0, le=1)
     """Discount factor of the V-trace targets."""
     batch_steps: int = Field(default=512, ge=1)

@@ -37,7 +37,11 @@ class IMPALABuilder:
     def make_learner(self, shape: EnvShape, workers: int, generator: torch.Generator) -> Learner:
         torch.manual_seed(generator.initial_seed())
         return IMPALA(
-            actor_critic(self.preset, shape), self.config, generator, learner_device(self.preset)
+            actor_critic(self.preset, shape),
+            self.config,
+            generator,
+            learner_device(self.preset),
+            anneal_steps=self.config.anneal_steps or self.preset.env_step_budget,
         )
 
     def make_actor(self, shape: EnvShape, greedy: bool, seed: int) -> Actor:

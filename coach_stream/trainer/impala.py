@@ -13,9 +13,12 @@ of T steps with observations x_0..x_T (x_T the bootstrap row)::
     policy gradient advantage: min(pg_rho_bar, pi / mu) * (r_t + d_t * v_{t+1} - V(x_t))
 
 A chunk cut mid-episode (chunk or time limit) bootstraps from V(x_T); a terminated step
-does not. Loss: -A * log pi(a|x) + vf_coef * 0.5 (v - V)^2 - ent_coef * entropy, one
-gradient step per ``batch_steps`` env steps (the oldest pending chunks first), and every
-``publish_every`` steps a new version. The lag
+does not. Loss: -A * log pi(a|x) + vf_coef * 0.5 (v - V)^2 - ent_coef * entropy (A
+standardised within the batch with ``norm_adv``), one gradient step per ``batch_steps`` env
+steps (the oldest pending chunks first), and every ``publish_every`` steps a new version.
+With ``anneal_lr`` the learning rate decays linearly over ``anneal_steps`` env steps to a
+floor of 5 %, as PPO's does: late, large steps on a nearly solved task are what undid
+runs that had reached the target's neighbourhood. The lag
 (learner version minus the chunk's behaviour version) of every chunk it learned from is
 reported as a histogram (``lag_0`` .. ``lag_4+``), with the mean importance weight and
 the fraction truncated, so the correction V-trace made is visible.
@@ -36,6 +39,7 @@ from coach_stream.policies.networks import ActorCritic, GaussianActorCritic
 from coach_stream.trainer.device import CPU, cpu_state_dict, to_device
 from coach_stream.trainer.state import load_network_state, network_state
 
+_LR_FLOOR = 0.05  # of the initial learning rate: a run past anneal_steps still learns
 LAG_BUCKETS = 5
 """Histogram buckets lag_0 .. lag_3 and lag_4+ (the last collects everything older)."""
 
@@ -99,9 +103,10 @@ class IMPALA:
         config: IMPALAConfig,
         generator: torch.Generator,
         device: torch.device = CPU,
+        anneal_steps: int = 1,
     ) -> None:
         self.net, self.config, self.generator = net.to(device), config, generator
-        self.device = device
+        self.device, self.anneal_steps = device, anneal_steps
         self.optimizer = optim.Adam(net.parameters(), lr=config.learning_rate, eps=1e-5)
         self._pending: list[tuple[ExperienceChunk, int]] = []  # (chunk, its lag)
         self._pending_steps = 0
@@ -149,6 +154,13 @@ class IMPALA:
         self._pending_steps -= steps
         return batch
 
+    def learning_rate(self, env_steps: int) -> float:
+        """Linear decay over ``anneal_steps`` env steps, floored at 5 % of the initial rate."""
+        c = self.config
+        if not c.anneal_lr:
+            return c.learning_rate
+        return max(_LR_FLOOR, 1.0 - env_steps / self.anneal_steps) * c.learning_rate
+
     def learn(self, env_steps: int) -> tuple[dict[str, float], bool]:
         pending = self._take_batch()
         chunks = [chunk for chunk, _ in pending]
@@ -188,11 +200,15 @@ class IMPALA:
                 c.c_bar,
                 c.pg_rho_bar,
             )
+            if c.norm_adv and len(pg_adv) > 1:
+                pg_adv = (pg_adv - pg_adv.mean()) / (pg_adv.std() + 1e-8)
             vs, pg_adv = vs.to(dev), pg_adv.to(dev)
         pg_loss = -(pg_adv * log_pi).mean()
         v_loss = 0.5 * ((vs - values) ** 2).mean()
         entropy_loss = entropy.mean()
         loss = pg_loss + c.vf_coef * v_loss - c.ent_coef * entropy_loss
+        lr = self.learning_rate(env_steps)
+        self.optimizer.param_groups[0]["lr"] = lr
         self.optimizer.zero_grad()
         loss.backward()  # type: ignore[no-untyped-call]
         nn.utils.clip_grad_norm_(net.parameters(), c.max_grad_norm)
@@ -209,6 +225,7 @@ class IMPALA:
             "value_loss": v_loss.item(),
             "entropy": entropy_loss.item(),
             "batch_steps": float(lengths.sum()),
+            "learning_rate": lr,
             "vtrace/rho_mean": rhos.mean().item(),
             "vtrace/rho_clipped_fraction": (rhos > c.rho_bar).float().mean().item(),
             "vtrace/lag_mean": float(np.average([lag for _, lag in pending], weights=lengths)),

@@ -125,6 +125,50 @@ def test_a_backlog_is_learned_one_batch_per_step_and_published_every_k_steps() -
     assert learner.updates == 3 and not learner.ready()
 
 
+def _learner(**config: Any) -> IMPALA:
+    net = ActorCritic(probe_shape("CartPole-v1"), load_preset("cartpole-impala").network)
+    return IMPALA(
+        net,
+        IMPALAConfig(batch_steps=16, **config),
+        torch.Generator().manual_seed(0),
+        anneal_steps=100,
+    )
+
+
+def _two_action_chunks(count: int) -> list[Any]:
+    chunks = [make_chunk(8, seed=i) for i in range(count)]
+    for chunk in chunks:
+        chunk.actions[:] = np.clip(chunk.actions, 0, 1)
+    return chunks
+
+
+def test_the_learning_rate_anneals_linearly_to_a_floor_and_reaches_adam() -> None:
+    learner = _learner(learning_rate=1e-3, anneal_lr=True)
+    assert [learner.learning_rate(s) for s in (0, 50, 100, 1000)] == pytest.approx(
+        [1e-3, 5e-4, 5e-5, 5e-5]
+    )
+    chunks = _two_action_chunks(2)
+    learner.ingest(chunks, version=chunks[-1].policy_version)
+    metrics, _ = learner.learn(env_steps=50)
+    assert metrics["learning_rate"] == pytest.approx(5e-4)
+    assert learner.optimizer.param_groups[0]["lr"] == pytest.approx(5e-4)
+    assert _learner(learning_rate=1e-3).learning_rate(1000) == 1e-3  # anneal_lr off
+
+
+def test_normalised_advantages_change_the_step_and_stay_finite() -> None:
+    chunks = _two_action_chunks(2)
+    steps = {}
+    for norm_adv in (False, True):
+        learner = _learner(norm_adv=norm_adv)
+        before = [p.detach().clone() for p in learner.net.parameters()]
+        learner.ingest(chunks, version=chunks[-1].policy_version)
+        metrics, _ = learner.learn(env_steps=0)
+        assert all(math.isfinite(v) for v in metrics.values())
+        after = list(learner.net.parameters())
+        steps[norm_adv] = torch.cat([(a - b).flatten() for a, b in zip(after, before, strict=True)])
+    assert not torch.allclose(steps[False], steps[True])
+
+
 def test_impala_drops_chunks_beyond_max_lag(in_process_run: Any) -> None:
     run = in_process_run(
         load_preset(
