@@ -64,13 +64,28 @@ def launch(preset: str, overrides: list[str], workers: int, state_dir: Path) -> 
     if done.returncode not in (0, 1) or steps is None:  # no run's end: a real error
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
         raise SystemExit(f"launch of {preset} failed with exit {done.returncode}: {tail}")
+    best, rounds = best_evaluation(state_dir / "runs" / run_id / "logs" / "evaluator.log")
     return {
         "run_id": run_id,
         "solved": done.returncode == 0,
+        "best_eval": best,
+        "eval_rounds": rounds,
         "env_steps": int(steps.group(1).replace(",", "")) if steps else None,
         "wall_s": round(wall, 1),
         "load1": round(os.getloadavg()[0], 2),
     }
+
+
+def best_evaluation(log: Path) -> tuple[float | None, int]:
+    """The best round mean the evaluator reported (each round is ``eval_episodes`` greedy
+    episodes of one version), and how many rounds: how close an unsolved launch came."""
+    means = []
+    for line in log.read_text().splitlines() if log.exists() else []:
+        with contextlib.suppress(ValueError):
+            event = json.loads(line)
+            if isinstance(event, dict) and event.get("event") == "evaluation":
+                means.append(float(event["mean_return"]))
+    return (max(means) if means else None), len(means)
 
 
 def main() -> int:
