@@ -21,6 +21,12 @@ launcher's environment and working directory, its log, its command line (``ps`` 
 import path and every ``coach_stream`` source file (path, size, mtime), so a launch after
 an edit or an upgrade finds no zygote of its own and starts a fresh one; the old one
 idles out. Only modules the server preloaded can be run, and only for its own user.
+
+**Scoped zygotes**: ``COACH_STREAM_ZYGOTE_DIR`` puts the sockets in another private
+directory, so a command that sets it (``scripts/with-stack.sh``, behind ``make demo`` and
+``make test``; each test session) gets a zygote of its own, which ``stop_zygotes`` (``python
+-m coach_stream.orchestrators.zygote_server --stop``) ends when the command does; a user's
+interactive launches share the per-user directory and keep theirs until it idles out.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from coach_stream.processes import ProcessRecord, popen_detached
+from coach_stream.processes import ProcessRecord, popen_detached, terminate_groups
 
 SUPERVISOR = "coach_stream.orchestrators.supervisor"
 SERVER = "coach_stream.orchestrators.zygote_server"
@@ -48,14 +54,20 @@ _IMPORT_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH")
 """Environment that decides what an import finds: part of the fingerprint."""
 
 
+ZYGOTE_DIR_ENV = "COACH_STREAM_ZYGOTE_DIR"
+"""A directory of zygote sockets that only one command (and what it starts) uses."""
+
+
 def runtime_dir(environ: Mapping[str, str] = os.environ) -> Path:
-    """``$XDG_RUNTIME_DIR/coach-stream``, else ``<tmp>/coach-stream-<uid>``; only ours (0700)."""
-    base = environ.get("XDG_RUNTIME_DIR")
-    path = (
-        Path(base, "coach-stream")
-        if base
-        else Path(tempfile.gettempdir(), f"coach-stream-{os.getuid()}")
-    )
+    """``$COACH_STREAM_ZYGOTE_DIR``, else ``$XDG_RUNTIME_DIR/coach-stream``, else
+    ``<tmp>/coach-stream-<uid>``; only ours (0700)."""
+    scoped, base = environ.get(ZYGOTE_DIR_ENV), environ.get("XDG_RUNTIME_DIR")
+    if scoped:
+        path = Path(scoped)
+    elif base:
+        path = Path(base, "coach-stream")
+    else:
+        path = Path(tempfile.gettempdir(), f"coach-stream-{os.getuid()}")
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     info = path.stat()
     if info.st_uid != os.getuid() or info.st_mode & 0o077:
@@ -150,16 +162,43 @@ class ZygoteClient:
                     "--idle-s", str(self.idle_s), "--preload", ",".join(self.preload)]  # fmt: skip
             with path.with_suffix(".log").open("ab") as log:
                 server = popen_detached(argv, log, {**env, "PYTHONUNBUFFERED": "1"})
-            deadline = time.monotonic() + self.start_timeout_s
-            while time.monotonic() < deadline and server.poll() is None:
-                if self.ping(path) is not None:
-                    server.returncode = 0  # it runs on, detached; nobody here waits for it
-                    return True
-                time.sleep(0.05)  # the server imports for seconds; nothing to wait on sooner
-            if server.poll() is None:
-                server.kill()
-                server.wait()
-            return False
+            deadline, ready = time.monotonic() + self.start_timeout_s, False
+            try:
+                while not ready and time.monotonic() < deadline and server.poll() is None:
+                    ready = self.ping(path) is not None
+                    if not ready:
+                        time.sleep(0.05)  # it imports for seconds; nothing to wait on sooner
+            finally:
+                # Not ready in time, or this launch was interrupted (Ctrl-C) while waiting:
+                # a zygote still importing would come up later with nobody to stop it.
+                if not ready and server.poll() is None:
+                    server.kill()
+                    server.wait()
+            if ready:
+                server.returncode = 0  # it runs on, detached; nobody here waits for it
+            return ready
+
+
+def running_zygotes(directory: Path) -> dict[Path, int]:
+    """The zygotes answering in ``directory``: each one's socket and pid."""
+    found = {}
+    for path in sorted(directory.glob("zygote-*.sock")):
+        pid = ZygoteClient.ping(path)
+        if pid is not None:
+            found[path] = pid
+    return found
+
+
+def stop_zygotes(directory: Path, grace_s: float = 10.0) -> list[int]:
+    """End every zygote answering in ``directory`` and wait until each has exited; their pids.
+
+    A zygote is a process group of its own (started detached): SIGTERM makes it remove its
+    socket and exit, SIGKILL follows after ``grace_s``. The supervisors it forked run on
+    (each in its own session): stopping a zygote never stops a run.
+    """
+    pids = list(running_zygotes(directory).values())
+    terminate_groups([ProcessRecord.of(pid) for pid in pids], grace_s)
+    return pids
 
 
 def ask(

@@ -6,6 +6,11 @@ for ``--idle-s`` with no live child, or its socket was replaced or removed. Each
 is one JSON line (``module``, ``args``, ``env``, ``cwd``, ``log``), answered with one
 (``pid`` and ``start_time``, or ``error``). Only the socket's user is served, and only
 modules this server preloaded are run.
+
+``python -m coach_stream.orchestrators.zygote_server --stop`` ends instead every zygote of
+the socket directory (``COACH_STREAM_ZYGOTE_DIR``, else the per-user one) and waits until
+each has exited: ``scripts/with-stack.sh`` ends the zygote of its command this way, and it
+is how to end one by hand. The runs whose supervisors they forked go on.
 """
 
 from __future__ import annotations
@@ -26,7 +31,12 @@ from types import FrameType
 from typing import Any
 
 from coach_stream.orchestrators.zygote import fork_module
-from coach_stream.orchestrators.zygote_client import DEFAULT_IDLE_S, read_line
+from coach_stream.orchestrators.zygote_client import (
+    DEFAULT_IDLE_S,
+    read_line,
+    runtime_dir,
+    stop_zygotes,
+)
 from coach_stream.processes import process_start_time
 
 _ACCEPT_S = 0.5  # how often the server reaps children and checks its idle time and socket
@@ -120,10 +130,19 @@ class ZygoteServer:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="coach-stream-zygote")
-    parser.add_argument("--socket", type=Path, required=True)
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--socket", type=Path, help="Serve on this socket.")
+    action.add_argument(
+        "--stop", action="store_true", help="End the zygotes of the socket directory."
+    )
     parser.add_argument("--idle-s", type=float, default=DEFAULT_IDLE_S)
     parser.add_argument("--preload", default="")
     args = parser.parse_args(argv)
+    if args.stop:
+        directory = runtime_dir()
+        stopped = stop_zygotes(directory)
+        print(f"zygotes stopped in {directory}: {' '.join(map(str, stopped)) or 'none ran'}")
+        return 0
     preload = [m for m in args.preload.split(",") if m]
     signal.signal(signal.SIGTERM, _exit_on_signal)  # unbind and remove the socket on `kill`
     for module in preload:

@@ -1,6 +1,7 @@
-"""scripts/with-stack.sh stops the stack exactly when it started it, and keeps the command's
-exit code: run against a stand-in ``coach-stream`` that records its calls, so the shared
-stack is never touched."""
+"""scripts/with-stack.sh stops the stack exactly when it started it, keeps the command's
+exit code, and gives the command a zygote directory of its own that it empties (stopping
+the zygote there) and removes afterwards: run against a stand-in ``coach-stream`` (and
+``python``) that records its calls, so the shared stack is never touched."""
 
 from __future__ import annotations
 
@@ -33,6 +34,11 @@ def fake_repo(tmp_path: Path, status_code: int) -> Path:
         "esac\n"
     )
     cli.chmod(0o755)
+    python = repo / ".venv" / "bin" / "python"
+    python.write_text(
+        f'#!/usr/bin/env bash\necho "python $* in $COACH_STREAM_ZYGOTE_DIR" >> "{repo}/calls"\n'
+    )
+    python.chmod(0o755)
     return repo
 
 
@@ -91,3 +97,30 @@ def test_an_interrupted_command_still_stops_the_stack_once(
         with contextlib.suppress(ProcessLookupError):
             os.killpg(script.pid, signal.SIGKILL)  # the background sleep, orphaned
     assert calls(repo).count("stack down") == 1
+
+
+def test_the_command_gets_its_own_zygote_directory_emptied_and_removed(tmp_path: Path) -> None:
+    repo = fake_repo(tmp_path, status_code=1)
+    seen = tmp_path / "seen"
+    # What a launch leaves there: its zygote's socket (the stand-in python "stops" it).
+    command = f'd="$COACH_STREAM_ZYGOTE_DIR"; stat -c %a "$d" > "{seen}"; echo "$d" >> "{seen}"; '
+    command += ': > "$d/zygote-0123.sock"'
+    assert run(repo, "bash", "-c", command).returncode == 0
+    mode, directory = seen.read_text().split()
+    assert mode == "700"
+    assert not Path(directory).exists()
+    assert calls(repo) == [
+        "stack status",
+        "stack up",
+        "stack env",
+        f"python -m coach_stream.orchestrators.zygote_server --stop in {directory}",
+        "stack down",
+    ]
+
+
+def test_no_zygote_directory_is_left_when_no_launch_used_it(tmp_path: Path) -> None:
+    repo = fake_repo(tmp_path, status_code=0)
+    seen = tmp_path / "seen"
+    assert run(repo, "bash", "-c", f'echo "$COACH_STREAM_ZYGOTE_DIR" > "{seen}"').returncode == 0
+    assert not Path(seen.read_text().strip()).exists()
+    assert calls(repo) == ["stack status", "stack up", "stack env"]  # nothing to stop

@@ -6,6 +6,7 @@ import contextlib
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -137,6 +138,29 @@ def test_an_idle_zygote_exits_and_removes_its_socket(socket_dir: Path) -> None:
     wait_until(lambda: not path.exists(), what="the idle zygote's socket removed")
     wait_until(lambda: _gone(pid), what="its exit")
     assert not list(socket_dir.glob("*.log"))  # a clean exit leaves no log behind
+
+
+def test_stop_ends_the_zygotes_of_its_directory_and_the_runs_go_on(
+    orchestrator: LocalOrchestrator, zygote: ZygoteClient, socket_dir: Path
+) -> None:
+    """``python -m …zygote_server --stop``, as scripts/with-stack.sh runs it at its end."""
+    orchestrator.submit(RunSpec("s1", (timeit_task("sleep", "import time; time.sleep(60)"),)))
+    path = zygote.socket_path(os.environ)
+    pid = zygote.ping(path)
+    assert pid is not None
+    supervisor = orchestrator.run_dir("s1").read().supervisor
+    assert supervisor is not None and parent_of(supervisor.pid) == pid
+    env = {**os.environ, "COACH_STREAM_ZYGOTE_DIR": str(socket_dir)}
+    done = subprocess.run(
+        [sys.executable, "-m", "coach_stream.orchestrators.zygote_server", "--stop"],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"zygotes stopped in {socket_dir}: {pid}"
+    assert _gone(pid)  # waited for: gone when --stop returns
+    assert not path.exists()
+    assert supervisor.is_alive()  # the run it forked goes on
+    assert orchestrator.record("s1").state is RunState.RUNNING
 
 
 def _gone(pid: int) -> bool:
