@@ -128,7 +128,10 @@ class ZygoteClient:
         caller starts the process the usual way; the zygote's log beside its socket says why)."""
         if module not in self.preload:
             return None
-        path = self.socket_path(env)
+        try:
+            path = self.socket_path(env)
+        except OSError:  # no private socket directory (not ours, not 0700, not creatable)
+            return None  # a cold start is slower, never unsafe
         request = {"module": module, "args": list(args), "env": dict(env), "cwd": str(cwd),
                    "log": str(log_path)}  # fmt: skip
         answer = ask(path, request)

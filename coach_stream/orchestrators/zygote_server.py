@@ -139,7 +139,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preload", default="")
     args = parser.parse_args(argv)
     if args.stop:
-        directory = runtime_dir()
+        try:
+            directory = runtime_dir()
+        except OSError as error:
+            print(f"coach-stream-zygote: {error}; no zygote of this user can run there")
+            return 1
         stopped = stop_zygotes(directory)
         print(f"zygotes stopped in {directory}: {' '.join(map(str, stopped)) or 'none ran'}")
         return 0

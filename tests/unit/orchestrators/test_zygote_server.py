@@ -181,3 +181,23 @@ def test_a_zygote_that_cannot_start_leaves_the_supervisor_spawned(
     assert supervisor is not None
     [log] = socket_dir.glob("zygote-*.log")  # why it could not start, for whoever asks
     assert "no_such_module_anywhere" in log.read_text()
+
+
+def test_a_socket_directory_that_is_not_private_means_a_cold_start_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)  # others may read it: not a place for this user's zygote socket
+    env = {**os.environ, "COACH_STREAM_ZYGOTE_DIR": str(shared)}
+    client = ZygoteClient(PRELOAD)
+    assert client.fork(SUPERVISOR, [], env, tmp_path, tmp_path / "log") is None
+    stop = subprocess.run(
+        [sys.executable, "-m", "coach_stream.orchestrators.zygote_server", "--stop"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert stop.returncode == 1 and "Traceback" not in stop.stderr
+    assert stop.stdout.count("\n") == 1 and "is not a private directory" in stop.stdout
