@@ -1,0 +1,106 @@
+"""Run tests N times under busy loops and count each test's passes: the check every test
+that waits on time, signals, scheduling or learning must pass before CI relies on it
+(docs/testing.md, "Tests that could pass by luck").
+
+    .venv/bin/python scripts/repeat_under_load.py --runs 20 --busy 2 -- tests/cli/test_with_stack.py
+
+Each run is a fresh pytest process (a failure in one run cannot leak into the next) with a
+JUnit report; the busy loops (`yes`, one per ``--busy``) spin for the whole time, as a
+loaded 2-core CI machine's other work does. Prints one line per run and then one per test:
+``passed/runs`` with the slowest duration seen; ``--out FILE`` also appends the per-test
+lines as JSON. Exit 1 when any test failed in any run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ElementTree
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@contextlib.contextmanager
+def busy_loops(count: int) -> Iterator[None]:
+    loops = [
+        subprocess.Popen(["yes"], stdout=subprocess.DEVNULL, start_new_session=True)
+        for _ in range(count)
+    ]
+    try:
+        yield
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+
+
+def outcomes(report: Path) -> dict[str, tuple[bool, float]]:
+    """Each test case of a JUnit report: (passed, seconds); a skip counts as not run."""
+    found: dict[str, tuple[bool, float]] = {}
+    for case in ElementTree.parse(report).getroot().iter("testcase"):
+        if case.find("skipped") is not None:
+            continue
+        name = f"{case.get('classname', '')}::{case.get('name', '')}"
+        failed = case.find("failure") is not None or case.find("error") is not None
+        found[name] = (not failed, float(case.get("time") or 0.0))
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--busy", type=int, default=2, help="busy loops (default 2)")
+    parser.add_argument("--out", type=Path, help="append per-test JSON lines here")
+    parser.add_argument("pytest_args", nargs="+", help="after --: what pytest runs")
+    args = parser.parse_args()
+    if args.runs < 1 or args.busy < 0:
+        parser.error("--runs must be at least 1 and --busy at least 0")
+    passes: dict[str, int] = defaultdict(int)
+    seen: dict[str, int] = defaultdict(int)
+    slowest: dict[str, float] = defaultdict(float)
+    pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    with tempfile.TemporaryDirectory() as scratch, busy_loops(args.busy):
+        for run in range(args.runs):
+            report = Path(scratch) / f"run-{run}.xml"
+            began = time.monotonic()
+            done = subprocess.run(
+                [*pytest, f"--junitxml={report}", *args.pytest_args],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            found = outcomes(report) if report.exists() else {}
+            for name, (passed, seconds) in found.items():
+                seen[name] += 1
+                passes[name] += passed
+                slowest[name] = max(slowest[name], seconds)
+            failed = [name for name, (passed, _) in found.items() if not passed]
+            load = os.getloadavg()[0]
+            print(
+                f"run {run + 1}/{args.runs}: exit {done.returncode}, {len(found)} tests, "
+                f"{len(failed)} failed, {time.monotonic() - began:.0f} s, load {load:.1f}"
+                + "".join(f"\n  FAILED {name}" for name in failed),
+                flush=True,
+            )
+    for name in sorted(seen):
+        line = {"test": name, "passed": passes[name], "runs": seen[name],
+                "slowest_s": round(slowest[name], 1), "busy_loops": args.busy}  # fmt: skip
+        print(f"{passes[name]}/{seen[name]}  {slowest[name]:6.1f} s  {name}")
+        if args.out is not None:
+            with args.out.open("a") as out:
+                out.write(json.dumps(line) + "\n")
+    return 0 if all(passes[n] == seen[n] for n in seen) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
