@@ -200,6 +200,18 @@ def test_wait_for_times_out_with_a_reason(
         source.wait_for(3, timeout=0.05)
 
 
+def test_a_version_already_announced_is_taken_even_when_the_wait_ran_out_before_a_read(
+    weights: Weights,
+    announcer: Announcer,
+    subscriber: MemoryControlSubscriber,
+    store: MemoryCheckpointStore,
+) -> None:
+    announcer.publish_policy(weights(0), 0, 0)  # version 0, on the topic, not yet read
+    ticks = iter([0.0, 1.0, 1.0, 1.0, 1.0])  # descheduled: past the deadline at once
+    source = CheckpointPolicySource(subscriber, store, run_id="r1", clock=lambda: next(ticks))
+    assert source.wait_for(0, timeout=0.01).version.version == 0
+
+
 def test_wait_for_stops_when_the_run_finishes(
     weights: Weights, announcer: Announcer, source: CheckpointPolicySource
 ) -> None:
