@@ -11,7 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CLI = Path(sys.executable).with_name("coach-stream")
-MAX_EXIT_S = 15.0
+MAX_EXIT_S = 30.0
+"""A refusal must not hang: a loaded 2-core machine takes up to ~10 s to start the CLI and
+import torch and gymnasium, and a refusal that asks a service first waits its client's own
+timeout (up to 10 s for an unreachable broker); a hang is minutes. 15 s left a refusal
+that waits 10 s on 127.0.0.1:1 a few seconds of margin."""
 
 
 @dataclass(frozen=True)

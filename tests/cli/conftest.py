@@ -2,7 +2,7 @@
 
 ``cli(...)`` runs it in a fresh working directory with a fresh ``--state-dir`` and returns
 its exit code, output and wall time; ``refused(result)`` asserts what every bad input must
-end in: exit code 2, one line on stderr naming the cause, no traceback, within 15 s.
+end in: exit code 2, one line on stderr naming the cause, no traceback, within 30 s.
 ``leftovers(run_id)`` lists what a run id left behind: its run directory, its Kafka topics,
 its processes and its checkpoint objects.
 

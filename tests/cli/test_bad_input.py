@@ -1,4 +1,4 @@
-"""Bad input that needs no service: each ends in exit 2, one line, no traceback, < 15 s,
+"""Bad input that needs no service: each ends in exit 2, one line, no traceback, < 30 s,
 and nothing created (no run directory, no checkpoint directory, no process)."""
 
 from __future__ import annotations
