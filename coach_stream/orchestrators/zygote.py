@@ -69,14 +69,23 @@ def fork_module(
     process's descriptors the child must not keep (a zygote's listening socket).
     """
     log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    in_session_r, in_session_w = os.pipe()
     try:
         pid = os.fork()
     except OSError:
-        os.close(log_fd)
+        for fd in (log_fd, in_session_r, in_session_w):
+            os.close(fd)
         raise
     if pid == 0:  # the child: never returns into the supervisor
-        _run_child(module, args, env, log_fd, cwd, close_fds)
+        os.close(in_session_r)
+        _run_child(module, args, env, log_fd, cwd, (*close_fds, in_session_w))
     os.close(log_fd)
+    os.close(in_session_w)
+    # Returned only once the child leads its own session (its end of the pipe is closed
+    # right after setsid, or at its exit): a caller that signals the process group at once,
+    # as a stop does, must find it there and not in this process's group.
+    os.read(in_session_r, 1)
+    os.close(in_session_r)
     return ForkedProcess(pid)
 
 
