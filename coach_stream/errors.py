@@ -47,6 +47,10 @@ class OrchestratorError(CoachStreamError):
     """The orchestrator refused or lost a run."""
 
 
+class RunExistsError(OrchestratorError):
+    """A new run's directory exists already: the run id is another run's."""
+
+
 class EncodeError(CoachStreamError):
     """A value cannot be written on the wire (wrong type, dtype or shape)."""
 

@@ -43,7 +43,7 @@ from coach_stream.cli.options import (
 from coach_stream.cli.spinner import spinner
 from coach_stream.config import Preset
 from coach_stream.core import RunSpec, TaskStatus
-from coach_stream.errors import ConfigError, OrchestratorError
+from coach_stream.errors import ConfigError, OrchestratorError, RunExistsError
 from coach_stream.orchestrators import (
     LaunchSettings,
     LocalOrchestrator,
@@ -56,6 +56,7 @@ from coach_stream.orchestrators.launcher import (
     FollowableOrchestrator,
     RunOutcome,
     UpdateCallback,
+    claim_run_id,
     discard_launch,
     follow,
     prepare_topics,
@@ -341,8 +342,9 @@ def _launch_on_nomad(
     with spinner(f"run {settings.run_id}: checking Kafka and the checkpoint store") as step:
         # Outside the try: a refused launch (a run id taken) must not discard that run.
         validate_launch(settings, plan.preset.env_id, env_wrappers=plan.preset.env_wrappers)
+        step(f"run {settings.run_id}: creating its topics")
+        claim_run_id(settings)  # a lost race is refused, and undoes nothing
         try:
-            step(f"run {settings.run_id}: creating its topics")
             prepare_topics(settings, experience_retention=plan.preset.experience_retention)
             step(
                 f"run {settings.run_id}: registering Nomad job {nomad_job_id(settings.run_id)}, "
@@ -441,20 +443,25 @@ def _check_run_free(orchestrator: LocalOrchestrator, plan: _LaunchPlan) -> None:
 
 
 def _start(orchestrator: LocalOrchestrator, plan: _LaunchPlan, step: Callable[[str], None]) -> None:
-    """Create the run's topics and start its supervisor; a failure leaves nothing behind."""
+    """Take the run id, create its topics and start its supervisor; a failure leaves
+    nothing behind, and a launch that lost the id to another touches nothing of it."""
     run_id = plan.settings.run_id
+    step(f"run {run_id}: creating its topics")
+    claim_run_id(plan.settings)  # outside the try: a lost race undoes nothing
+    state_dir: Path | None = orchestrator.state_dir
     try:
-        step(f"run {run_id}: creating its topics")
         prepare_topics(plan.settings, experience_retention=plan.preset.experience_retention)
         spec = build_run_spec(plan.settings)
         step(f"run {run_id}: starting {len(spec.tasks)} tasks, waiting until each has started")
         orchestrator.submit(spec)
     except BaseException as error:
-        if orchestrator.run_dir(plan.settings.run_id).exists():
-            orchestrator.stop(plan.settings.run_id)  # whatever its supervisor had started
-        discard_launch(plan.settings, orchestrator.state_dir)
+        if isinstance(error, RunExistsError):
+            state_dir = None  # that directory is another run's
+        elif orchestrator.run_dir(run_id).exists():
+            orchestrator.stop(run_id)  # whatever its supervisor had started
+        discard_launch(plan.settings, state_dir)
         if isinstance(error, KeyboardInterrupt):
-            Console(stderr=True).print(f"stopped run {plan.settings.run_id} before it started")
+            Console(stderr=True).print(f"stopped run {run_id} before it started")
         raise
 
 

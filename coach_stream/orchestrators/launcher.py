@@ -3,14 +3,16 @@
 The CLI, the end-to-end tests and ``bench/solve.py`` all launch runs the same way::
 
     settings = LaunchSettings(preset="cartpole-ppo", run_id=new_run_id("cartpole-ppo"), ...)
+    claim_run_id(settings)                         # the id is this launch's, or refused
     prepare_topics(settings)                       # fail fast if Kafka does not answer
     orchestrator.submit(build_run_spec(settings))
     outcome = follow(orchestrator, settings.run_id, on_update=render)
 
 ``validate_launch`` checks everything that can be checked before anything is created (the
-environment, the broker and the store answer, the run id is free in both), and
-``discard_launch`` removes what a launch created when it fails part-way, so a refused or
-failed launch leaves nothing behind.
+environment, the broker and the store answer, the run id is free in both),
+``claim_run_id`` takes the id atomically (one of any number of concurrent launches wins),
+and ``discard_launch`` removes what the winner created when it fails part-way, so a
+refused or failed launch leaves nothing behind and a losing one touches nothing.
 
 ``follow`` reads the tasks' JSON event lines until the trainer prints ``finished`` (or
 the run ends otherwise), lets the other tasks exit on ``RunFinished``, then stops
@@ -168,34 +170,41 @@ def check_kafka_run_free(settings: LaunchSettings, timeout_s: float = 10.0) -> N
 
 def check_store_run_free(settings: LaunchSettings, timeout_s: float = 10.0) -> None:
     """The checkpoint store answers (the bucket exists) and holds nothing of the run."""
+    with _run_store(settings, timeout_s) as store:
+        found = _run_objects(store, settings.run_id)
+    if found:
+        raise ConfigError(
+            f"Run id {settings.run_id!r} is already used in the checkpoint store "
+            f"{settings.checkpoints} ({len(found)} objects, e.g. {found[0]}); choose another "
+            "--run-id."
+        )
+
+
+def _run_store(settings: LaunchSettings, timeout_s: float) -> Any:
+    """The run's checkpoint store (a ``GcsCheckpointStore`` or ``LocalCheckpointStore``)."""
     # Imported here: the checkpoints package imports torch (~3 s), which `launch` does not
     # otherwise need.
     from coach_stream.checkpoints import GcsCheckpointStore, LocalCheckpointStore, RetryPolicy
-    from coach_stream.checkpoints.keys import policies_prefix, trainer_prefix
 
     url = settings.checkpoints
-    store: GcsCheckpointStore | LocalCheckpointStore
     if url.startswith("gs://"):
         bucket, _, prefix = url.removeprefix("gs://").partition("/")
-        store = GcsCheckpointStore(
+        return GcsCheckpointStore(
             bucket,
             prefix,
             emulator_host=settings.gcs_emulator,
             retry=RetryPolicy(attempts=3, initial_backoff_s=0.2, deadline_s=timeout_s / 2),
             timeout_s=timeout_s / 2,
         )
-    else:
-        root = Path(url.removeprefix("file://"))
-        _check_creatable(root)
-        store = LocalCheckpointStore(root)
-    with store:
-        found = [*store.list(policies_prefix(settings.run_id))]
-        found += store.list(trainer_prefix(settings.run_id))
-    if found:
-        raise ConfigError(
-            f"Run id {settings.run_id!r} is already used in the checkpoint store {url} "
-            f"({len(found)} objects, e.g. {found[0]}); choose another --run-id."
-        )
+    root = Path(url.removeprefix("file://"))
+    _check_creatable(root)
+    return LocalCheckpointStore(root)
+
+
+def _run_objects(store: Any, run_id: str) -> list[str]:
+    from coach_stream.checkpoints.keys import policies_prefix, trainer_prefix
+
+    return [*store.list(policies_prefix(run_id)), *store.list(trainer_prefix(run_id))]
 
 
 def _check_creatable(root: Path) -> None:
@@ -210,11 +219,39 @@ def _check_creatable(root: Path) -> None:
         )
 
 
-def discard_launch(settings: LaunchSettings, state_dir: Path) -> None:
-    """Undo a launch that failed before its run started: its topics and its run directory.
+def claim_run_id(settings: LaunchSettings) -> None:
+    """Make the run id this launch's, atomically: create the run's control topic exclusively.
 
-    Only for a run id that ``validate_launch`` found free, so nothing deleted here
-    belonged to another run.
+    ``validate_launch`` only says the id *was* free; two launches of one id at the same
+    moment both pass it. Kafka's controller creates a topic name once, so exactly one of
+    them gets here; the others are refused (``ConfigError``) and must undo nothing, since
+    everything of the id belongs to the winner (docs/decisions.md).
+    """
+    from coach_stream.transport.admin import claim_topic, plan_run_topics
+    from coach_stream.transport.settings import RunTopics
+
+    kafka = settings.kafka_settings()
+    topics = RunTopics.for_run(settings.run_id, kafka.topic_prefix)
+    plans = plan_run_topics(kafka, topics, settings.workers)
+    control = next(plan for plan in plans if plan.name == topics.control)
+    try:
+        won = claim_topic(kafka, control)
+    except ServiceUnavailableError as error:
+        raise ConfigError(str(error)) from None
+    if not won:
+        raise ConfigError(
+            f"Run id {settings.run_id!r} was taken by another launch a moment ago (topic "
+            f"{topics.control} exists); choose another --run-id."
+        )
+
+
+def discard_launch(
+    settings: LaunchSettings, state_dir: Path | None, *, timeout_s: float = 10.0
+) -> None:
+    """Undo a launch that failed before its run started: its topics, its checkpoints (a
+    trainer may have written version 0) and its run directory (``state_dir``; None: keep).
+
+    Only for a launch that won ``claim_run_id``: everything of the id is its own.
     """
     from coach_stream.transport.admin import delete_run_topics
     from coach_stream.transport.settings import RunTopics
@@ -222,7 +259,11 @@ def discard_launch(settings: LaunchSettings, state_dir: Path) -> None:
     kafka = settings.kafka_settings()
     with contextlib.suppress(Exception):  # best effort: the launch's own error is the news
         delete_run_topics(kafka, RunTopics.for_run(settings.run_id, kafka.topic_prefix))
-    shutil.rmtree(state_dir / "runs" / settings.run_id, ignore_errors=True)
+    with contextlib.suppress(Exception), _run_store(settings, timeout_s) as store:
+        for key in _run_objects(store, settings.run_id):
+            store.delete(key)
+    if state_dir is not None:
+        shutil.rmtree(state_dir / "runs" / settings.run_id, ignore_errors=True)
 
 
 def follow(

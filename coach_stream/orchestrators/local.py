@@ -125,11 +125,6 @@ class LocalOrchestrator:
     def submit(self, spec: RunSpec) -> None:
         """Record the run, start its supervisor and wait until every task was started."""
         run_dir = self.run_dir(spec.run_id)
-        if run_dir.exists():
-            raise OrchestratorError(
-                f"Run {spec.run_id!r} already exists in {run_dir.path.parent}; choose another "
-                f"--run-id (or remove that directory to reuse the name)."
-            )
         names = [task.name for task in spec.tasks]
         if len(set(names)) != len(names) or not names:
             raise OrchestratorError(
@@ -141,7 +136,7 @@ class LocalOrchestrator:
             tasks=[TaskRecord(task) for task in spec.tasks],
             config=self._config,
         )
-        run_dir.write(record)
+        run_dir.create(record)  # RunExistsError when the id is taken here
         self._start_supervisor(run_dir)
 
     def resume(self, run_id: str) -> None:

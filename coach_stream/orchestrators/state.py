@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from coach_stream.core import TaskSpec, TaskState, TaskStatus
-from coach_stream.errors import OrchestratorError
+from coach_stream.errors import OrchestratorError, RunExistsError
 from coach_stream.processes import ProcessRecord
 from coach_stream.runids import check_run_id
 
@@ -192,6 +192,19 @@ class RunDirectory:
                 f"{self.run_json} is unreadable ({error}); delete the run directory."
             ) from error
         return RunRecord.from_json(data)
+
+    def create(self, record: RunRecord) -> None:
+        """Write a new run's first record; ``RunExistsError`` if the directory exists (an
+        exclusive mkdir: of two creators of one run id, exactly one succeeds)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir()
+        except FileExistsError:
+            raise RunExistsError(
+                f"Run {self.run_id!r} already exists in {self.path.parent}; choose another "
+                "--run-id (or remove that directory to reuse the name)."
+            ) from None
+        self.write(record)
 
     def write(self, record: RunRecord) -> None:
         self.logs_dir.mkdir(parents=True, exist_ok=True)

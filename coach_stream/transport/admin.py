@@ -87,6 +87,33 @@ def delete_run_topics(settings: KafkaSettings, topics: RunTopics, timeout: float
                 raise unreachable(settings, timeout, "delete_topics timed out") from exc
 
 
+def claim_topic(settings: KafkaSettings, plan: TopicPlan, timeout: float = 30.0) -> bool:
+    """Create one topic exclusively: True when this call created it, False when it existed.
+
+    Kafka's controller decides concurrent creates of one name atomically, so of any number
+    of callers exactly one gets True; ``launch`` uses the control topic as its run-id lock.
+    """
+    new = NewTopic(plan.name, plan.partitions, -1, config=plan.config)
+    with clients.admin(settings) as admin:
+        first = min(timeout, FIRST_CONTACT_S)
+        try:
+            clients.metadata(admin, first)
+            futures = admin.create_topics([new], operation_timeout=timeout, request_timeout=timeout)
+            future = futures[plan.name]
+        except KafkaException as exc:
+            raise unreachable(settings, first, exc.args[0]) from exc
+        try:
+            future.result(timeout=timeout)
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                return False
+            _created_or_present(settings, plan.name, future, timeout)  # raises its error
+        except TimeoutError as exc:
+            raise unreachable(settings, timeout, "create_topics timed out") from exc
+        _await_leaders(settings, admin, [plan.name], timeout)
+    return True
+
+
 def plan_run_topics(
     settings: KafkaSettings,
     topics: RunTopics,
