@@ -89,6 +89,10 @@ def decode_event(data: bytes) -> tuple[str, dict[str, Any]]:
     return str(record["task"]), event
 
 
+EXIT_FLUSH_S = 5.0
+"""How long a task's exit waits for its last telemetry events to be acknowledged."""
+
+
 class TelemetrySink(ClosingContext):
     """An ``EventSink`` that publishes to the run's telemetry topic (best effort).
 
@@ -111,8 +115,11 @@ class TelemetrySink(ClosingContext):
                 self._warned = True
 
     def close(self) -> None:
+        # Best effort at exit too: a broker that refuses this client (a wrong password) or is
+        # gone must not hold a task's exit for the delivery timeout (two minutes), past the
+        # supervisor's grace; a healthy broker acknowledges the last events in milliseconds.
         try:
-            self._producer.close()
+            self._producer.close(timeout=EXIT_FLUSH_S)
         except CoachStreamError as error:
             log.warning("telemetry events not all delivered at exit: %s", error)
 

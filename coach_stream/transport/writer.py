@@ -170,13 +170,13 @@ class KafkaRecordProducer:
                 )
         self._raise_failures()
 
-    def close(self) -> None:
-        """Flush (bounded by the delivery timeout) and release the client."""
+    def close(self, timeout: float | None = None) -> None:
+        """Flush (bounded by ``timeout``, default the delivery timeout) and release the client."""
         if self._producer is None:
             return
         producer = self._producer
         try:
-            self.flush(self.settings.delivery_timeout_ms / 1000 + 5)
+            self.flush(self.settings.delivery_timeout_ms / 1000 + 5 if timeout is None else timeout)
         finally:
             self._producer = None
             # Producer.close() flushes without a bound: purge first what the bounded flush
