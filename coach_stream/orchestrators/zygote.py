@@ -21,6 +21,7 @@ import runpy
 import signal
 import sys
 import traceback
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -123,6 +124,9 @@ def _run_child(
         os.environ.clear()
         os.environ.update(env)
         sys.argv = ["-m", *args]
+        # The zygote preloaded this very module, so runpy warns that it is already imported:
+        # expected here (that is the warm start), and noise in every task's log otherwise.
+        warnings.filterwarnings("ignore", "'.*' found in sys.modules", RuntimeWarning, "runpy")
         try:
             runpy.run_module(module, run_name="__main__", alter_sys=True)
             code = 0
