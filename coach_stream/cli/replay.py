@@ -227,6 +227,7 @@ def train(
 ) -> None:
     """Train a policy offline (bc or cql) from a stored topic; announce it; evaluate it."""
     from coach_stream.replay.offline import ALGORITHMS, OfflineConfig
+    from coach_stream.replay.offline.claim import claimed_run
     from coach_stream.replay.offline.session import run_offline
     from coach_stream.replay.offline.train import load_dataset
     from coach_stream.replay.progress import records_progress
@@ -234,34 +235,37 @@ def train(
     if algo not in ALGORITHMS:
         raise ConfigError(f"Unknown --algo {algo!r}; use one of {', '.join(sorted(ALGORITHMS))}.")
     url = checkpoint_url(checkpoints)
-    with _reader(source, kafka, start, end, schemas, 65_536) as reader:
-        _nonempty(reader)
-        with records_progress("read", reader.total_records, progress) as advance:
-            reader.on_records = advance
-            data = load_dataset(reader, max_transitions)
-        settings = reader.settings
-    config = OfflineConfig(
-        steps=steps,
-        batch_size=batch_size,
-        learning_rate=learning_rate,
-        gamma=gamma,
-        cql_alpha=cql_alpha,
-    )
-    with records_progress(f"train {algo}", steps, progress, unit="steps") as advance:
-        result = run_offline(
-            data,
-            settings=settings,
-            run_id=run_id,
-            checkpoints=url,
-            gcs_emulator=gcs_emulator,
-            env_id=env,
-            algo=algo,
-            config=config,
-            seed=seed,
-            publish_every=publish_every,
-            eval_episodes=eval_episodes,
-            on_step=advance,
+    # Taken before anything is read: a run id in use is refused at once, and from here a
+    # failure (or Ctrl-C) deletes what this command made of the run id.
+    with claimed_run(_settings(kafka), run_id, url, gcs_emulator):
+        with _reader(source, kafka, start, end, schemas, 65_536) as reader:
+            _nonempty(reader)
+            with records_progress("read", reader.total_records, progress) as advance:
+                reader.on_records = advance
+                data = load_dataset(reader, max_transitions)
+            settings = reader.settings
+        config = OfflineConfig(
+            steps=steps,
+            batch_size=batch_size,
+            learning_rate=learning_rate,
+            gamma=gamma,
+            cql_alpha=cql_alpha,
         )
+        with records_progress(f"train {algo}", steps, progress, unit="steps") as advance:
+            result = run_offline(
+                data,
+                settings=settings,
+                run_id=run_id,
+                checkpoints=url,
+                gcs_emulator=gcs_emulator,
+                env_id=env,
+                algo=algo,
+                config=config,
+                seed=seed,
+                publish_every=publish_every,
+                eval_episodes=eval_episodes,
+                on_step=advance,
+            )
     typer.echo(json.dumps(result))
 
 
