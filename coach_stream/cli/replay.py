@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import json
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,15 @@ class Format(enum.StrEnum):
 
 
 FormatOption = typer.Option(..., "--format", help="avro, parquet or minari.")
+
+
+def _terminate_like_ctrl_c() -> None:
+    """SIGTERM (a CI timeout, `kill`) unwinds like Ctrl-C, so cleanups run (exit 130)."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def _settings(kafka: str | None) -> KafkaSettings:
@@ -188,6 +198,7 @@ def export(
     progress: bool = ProgressOption,
 ) -> None:
     """Export a range to Avro container files, Parquet or a Minari dataset."""
+    _terminate_like_ctrl_c()  # an interrupted export leaves no partial file
     from coach_stream.replay.export.run import run_export
     from coach_stream.replay.progress import records_progress
 
@@ -226,6 +237,7 @@ def train(
     progress: bool = ProgressOption,
 ) -> None:
     """Train a policy offline (bc or cql) from a stored topic; announce it; evaluate it."""
+    _terminate_like_ctrl_c()  # an interrupted train deletes its run id's topics and policies
     from coach_stream.replay.offline import ALGORITHMS, OfflineConfig
     from coach_stream.replay.offline.claim import claimed_run
     from coach_stream.replay.offline.session import run_offline

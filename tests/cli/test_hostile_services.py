@@ -53,3 +53,65 @@ def test_a_failed_replay_train_leaves_no_topics(
     refused(result, says="is empty")
     assert run_topics(new_id) == []
     assert list(ws.cwd.glob("ckpt/**/*.pt")) == []
+
+
+@pytest.fixture(scope="module")
+def recorded_run(services: Services) -> Iterator[str]:
+    """A run id whose experience topic holds a short scripted CartPole recording."""
+    import uuid
+
+    from coach_stream.replay.record import cartpole_controller, record
+    from coach_stream.transport.admin import delete_run_topics, ensure_run_topics
+    from coach_stream.transport.settings import KafkaSettings, RunTopics
+    from coach_stream.transport.writer import KafkaExperienceWriter
+
+    run_id = f"cli-rec-{uuid.uuid4().hex[:8]}"
+    settings = KafkaSettings(bootstrap_servers=services.kafka, linger_ms=5)
+    topics = RunTopics.for_run(run_id)
+    ensure_run_topics(settings, topics, 1)
+    with KafkaExperienceWriter(settings, topics.experience) as writer:
+        record(writer, run_id, "CartPole-v1", cartpole_controller(0.2), 64, chunk_steps=8)
+    yield run_id
+    delete_run_topics(settings, topics)
+
+
+# `replay export` in a process that gets SIGINT right after its exporter wrote the first
+# batch: a Ctrl-C in the middle of the export, at a deterministic point.
+INTERRUPTED_EXPORT = """
+import os, signal, sys
+from coach_stream.cli.main import main
+from coach_stream.replay.export.{module} import {cls} as exporter
+write = exporter.write
+def interrupted(self, batch):
+    write(self, batch)
+    os.kill(os.getpid(), signal.SIGINT)
+exporter.write = interrupted
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("fmt", "module", "cls"),
+    [("avro", "avro", "AvroExporter"), ("parquet", "parquet", "ParquetExporter")],
+)
+def test_an_interrupted_export_leaves_no_file(
+    ws: Workspace, services: Services, recorded_run: str, fmt: str, module: str, cls: str
+) -> None:
+    import subprocess
+    import sys
+
+    code = INTERRUPTED_EXPORT.format(module=module, cls=cls)
+    out = ws.cwd / f"x.{fmt}"
+    args = ["replay", "export", recorded_run, "--format", fmt, "--out", str(out)]
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args, "--kafka", services.kafka, "--batch", "32",
+         "--no-progress"],
+        cwd=ws.cwd, env=ws.env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 130, done.stderr
+    assert "Traceback" not in done.stderr
+    assert sorted(p.name for p in ws.cwd.iterdir() if p.name != "state") == []
+
+    finished = ws.run(*args, "--kafka", services.kafka, "--no-progress")  # then it works
+    assert finished.code == 0, finished.stderr
+    assert out.is_file() and [p.name for p in ws.cwd.glob(".*partial")] == []

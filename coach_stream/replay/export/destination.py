@@ -1,5 +1,9 @@
 """Where an export goes: a local path, or ``gs://bucket/prefix`` (the archive beside the
-checkpoints) through a local staging directory uploaded file by file when it is complete."""
+checkpoints) through a local staging directory uploaded file by file when it is complete.
+
+A local file export is written to a hidden ``.<name>.<pid>.partial`` beside it and renamed
+to its name only when complete: an interrupted export leaves no file that reads as a valid
+but truncated Avro or Parquet file (an Avro container is valid after any block)."""
 
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ class Destination:
         self.out, self.gcs_emulator = out, gcs_emulator
         parsed = urlparse(out)
         self._staging: Path | None = None
+        self._final: Path | None = None
         if parsed.scheme == "gs":
             if not parsed.netloc:
                 raise ConfigError(f"--out {out!r} names no bucket; write gs://BUCKET/PREFIX.")
@@ -40,13 +45,19 @@ class Destination:
                     raise ConfigError(f"--out {out}: directory is not writable; choose another.")
             else:
                 _check_writable(self.local)
+            if not directory:
+                self._final = self.local
+                self.local = self.local.with_name(f".{self.local.name}.{os.getpid()}.partial")
 
     @property
     def uploads(self) -> bool:
         return self._staging is not None
 
     def finish(self) -> str:
-        """Upload a staged export; the address it can be found at."""
+        """Rename or upload the complete export; the address it can be found at."""
+        if self._final is not None:
+            os.replace(self.local, self._final)
+            return str(self._final)
         if self._staging is None:
             return str(self.local)
         from google.cloud import storage
@@ -71,6 +82,9 @@ class Destination:
         return "gs://" + "/".join(filter(None, [self.bucket, self.prefix, root.name]))
 
     def cleanup(self) -> None:
+        """Remove what an export that did not finish wrote (a partial file, the staging)."""
+        if self._final is not None:
+            self.local.unlink(missing_ok=True)
         if self._staging is not None:
             shutil.rmtree(self._staging, ignore_errors=True)
 
