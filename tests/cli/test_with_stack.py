@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -75,12 +76,15 @@ def test_an_interrupted_command_still_stops_the_stack_once(
 ) -> None:
     repo = fake_repo(tmp_path, status_code=1)
     ready = tmp_path / "ready"
-    # The command traps SIGINT/SIGTERM itself before it says it is ready, so the signal
-    # ends it however it lands: an untrapped bash -c that gets SIGINT while it runs its
-    # own handler just before `exec sleep` swallows it and sleeps on (seen once under load).
-    command = f'trap "exit 130" INT; trap "exit 143" TERM; : > "{ready}"; sleep 30 & wait'
+    # The command is one Python process that says it is ready from inside its final sleep's
+    # neighbourhood, so the signal finds it with Python's own handling (SIGINT: it dies of
+    # SIGINT; SIGTERM: of SIGTERM) wherever it lands. A shell command had a window each way:
+    # an untrapped `bash -c` swallowed a SIGINT that came as it set up `exec sleep`, and a
+    # trapped one with `sleep 30 & wait` sat out the sleep when the signal came just before
+    # `wait` began (both seen under load: the script then ran past the 20 s below).
+    command = "import pathlib, sys, time; pathlib.Path(sys.argv[1]).touch(); time.sleep(30)"
     script = subprocess.Popen(
-        ["bash", str(repo / "scripts" / "with-stack.sh"), "bash", "-c", command],
+        ["bash", str(repo / "scripts" / "with-stack.sh"), sys.executable, "-c", command, ready],
         start_new_session=True,
     )
     try:
