@@ -20,6 +20,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -42,6 +43,9 @@ def busy_loops(count: int) -> Iterator[None]:
         subprocess.Popen(["yes"], stdout=subprocess.DEVNULL, start_new_session=True)
         for _ in range(count)
     ]
+    # A SIGTERM (kill, a CI runner's timeout) ends this process through `finally`, so the
+    # loops it started do not spin on after it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         yield
     finally:

@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -35,6 +36,9 @@ def busy_loops(count: int) -> Iterator[None]:
         subprocess.Popen(["yes"], stdout=subprocess.DEVNULL, start_new_session=True)
         for _ in range(count)
     ]
+    # A SIGTERM (kill, a CI runner's timeout) ends this process through `finally`, so the
+    # loops it started do not spin on after it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         yield
     finally:
