@@ -28,7 +28,9 @@ from coach_stream.errors import ConfigError
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # allow_inf_nan: a learning rate of .inf or .nan is accepted by YAML and would only
+    # show up as every chunk dead-lettered; no field of a preset means it.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class NetworkConfig(_Frozen):
@@ -45,6 +47,13 @@ class NetworkConfig(_Frozen):
     heads)."""
     activation: Literal["tanh", "relu"] = "tanh"
     """The hidden layers' activation function."""
+
+    @field_validator("hidden_sizes", "head_sizes")
+    @classmethod
+    def _layers_have_units(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if any(size < 1 for size in value):
+            raise ValueError(f"every layer needs at least 1 unit, got {list(value)}")
+        return value
 
 
 class RolloutConfig(_Frozen):

@@ -13,6 +13,7 @@ from coach_stream.algorithms.common import learner_device, trainer_settings, wor
 from coach_stream.config import Preset
 from coach_stream.core import Actor, Learner
 from coach_stream.envs import EnvShape
+from coach_stream.errors import ConfigError
 from coach_stream.policies.actors import DQNActor
 from coach_stream.policies.networks import QNetwork
 from coach_stream.rollout.worker import WorkerSettings
@@ -30,6 +31,11 @@ class DQNBuilder:
         return self.preset.rollout.chunk_steps
 
     def make_learner(self, shape: EnvShape, workers: int, generator: torch.Generator) -> Learner:
+        if shape.continuous:  # a task refuses (exit 2) rather than crash-loop
+            raise ConfigError(
+                f"Preset {self.preset.name!r}: DQN needs discrete actions and "
+                f"{self.preset.env_id} has continuous (Box) ones; use ppo or sac."
+            )
         torch.manual_seed(generator.initial_seed())
         network = self.preset.network
         return DQN(

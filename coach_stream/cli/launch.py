@@ -341,7 +341,12 @@ def _launch_on_nomad(
         )
     with spinner(f"run {settings.run_id}: checking Kafka and the checkpoint store") as step:
         # Outside the try: a refused launch (a run id taken) must not discard that run.
-        validate_launch(settings, plan.preset.env_id, env_wrappers=plan.preset.env_wrappers)
+        validate_launch(
+            settings,
+            plan.preset.env_id,
+            env_wrappers=plan.preset.env_wrappers,
+            algorithm=plan.preset.algorithm,
+        )
         step(f"run {settings.run_id}: creating its topics")
         claim_run_id(settings)  # a lost race is refused, and undoes nothing
         try:
@@ -419,7 +424,7 @@ def _plan(
         gcs_emulator = gcs_emulator or stack.gcs_endpoint()
     settings = LaunchSettings(
         preset=preset,
-        run_id=run_id or new_run_id(loaded.name),
+        run_id=run_id if run_id is not None else new_run_id(loaded.name),
         workers=workers,
         kafka_bootstrap=kafka or "",
         checkpoints=url,
@@ -439,7 +444,10 @@ def _check_run_free(orchestrator: LocalOrchestrator, plan: _LaunchPlan) -> None:
             f"Run id {plan.settings.run_id!r} already exists in {run_dir.path.parent}; choose "
             "another --run-id."
         )
-    validate_launch(plan.settings, plan.preset.env_id, env_wrappers=plan.preset.env_wrappers)
+    preset = plan.preset
+    validate_launch(
+        plan.settings, preset.env_id, env_wrappers=preset.env_wrappers, algorithm=preset.algorithm
+    )
 
 
 def _start(orchestrator: LocalOrchestrator, plan: _LaunchPlan, step: Callable[[str], None]) -> None:

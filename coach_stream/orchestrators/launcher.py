@@ -124,6 +124,7 @@ def validate_launch(
     env_id: str,
     timeout_s: float = 5.0,
     env_wrappers: Sequence[str] = (),
+    algorithm: str | None = None,
 ) -> None:
     """Refuse a launch that could only fail, before it creates anything: a ``ConfigError``.
 
@@ -132,7 +133,7 @@ def validate_launch(
     bucket exists) and holds no object of this run id. A run id reused after a finished
     run would otherwise "finish" at once on that run's announcements, training nothing.
     """
-    check_env(env_id, env_wrappers)
+    check_env(env_id, env_wrappers, algorithm)
     try:
         check_kafka_run_free(settings, timeout_s)
         check_store_run_free(settings, timeout_s)
@@ -141,11 +142,20 @@ def validate_launch(
         raise ConfigError(str(error)) from None
 
 
-def check_env(env_id: str, env_wrappers: Sequence[str] = ()) -> None:
-    """``env_id`` (wrapped) can be made (its gymnasium extra is installed) and its spaces fit."""
+def check_env(env_id: str, env_wrappers: Sequence[str] = (), algorithm: str | None = None) -> None:
+    """``env_id`` (wrapped) can be made (its gymnasium extra is installed) and its spaces fit
+    ``algorithm``: DQN acts on discrete actions only, SAC on continuous (Box) ones only."""
     from coach_stream.envs import probe_shape  # gymnasium: only when a launch needs it
 
-    probe_shape(env_id, env_wrappers)
+    shape = probe_shape(env_id, env_wrappers)
+    needs = {"dqn": False, "sac": True}.get(algorithm or "")
+    if needs is not None and shape.continuous is not needs:
+        has, other = ("continuous (Box)", "ppo or sac") if shape.continuous else ("discrete", "ppo")
+        wanted = "continuous (Box)" if needs else "discrete"
+        raise ConfigError(
+            f"Algorithm {algorithm!r} needs {wanted} actions and {env_id} has {has} ones; "
+            f"use {other} for {env_id}, or an env_id with {wanted} actions."
+        )
 
 
 def check_kafka_run_free(settings: LaunchSettings, timeout_s: float = 10.0) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
-from cli_helpers import Result, Services, Workspace, refused
+from cli_helpers import Result, Services, Workspace, processes_mentioning, refused
 
 pytestmark = pytest.mark.integration
 
@@ -115,3 +115,45 @@ def test_an_interrupted_export_leaves_no_file(
     finished = ws.run(*args, "--kafka", services.kafka, "--no-progress")  # then it works
     assert finished.code == 0, finished.stderr
     assert out.is_file() and [p.name for p in ws.cwd.glob(".*partial")] == []
+
+
+# `launch` in a process that gets SIGINT at the last moment of its start: every task was
+# started and the trainer already stored policy version 0, but `launch` has not returned.
+INTERRUPTED_LAUNCH = """
+import os, signal, sys, time
+from pathlib import Path
+from coach_stream.cli.main import main
+from coach_stream.orchestrators.local import LocalOrchestrator
+submit = LocalOrchestrator.submit
+def interrupted(self, spec):
+    submit(self, spec)
+    deadline = time.monotonic() + 120
+    while not list(Path({ckpt!r}).glob("runs/*/policies/*")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(5)  # the KeyboardInterrupt is raised here
+LocalOrchestrator.submit = interrupted
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_ctrl_c_while_a_launch_starts_leaves_its_run_id_reusable(
+    ws: Workspace, services: Services, run_id: str, run_topics: Callable[[str], list[str]]
+) -> None:
+    import subprocess
+    import sys
+
+    ckpt = ws.cwd / "ckpt"
+    done = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED_LAUNCH.format(ckpt=str(ckpt)), "launch",
+         "cartpole-ppo", "--run-id", run_id, "--workers", "1", "--kafka", services.kafka,
+         "--state-dir", str(ws.state_dir), "--checkpoints", str(ckpt)],
+        cwd=ws.cwd, env=ws.env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 130, done.stderr
+    assert f"stopped run {run_id} before it started" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert run_topics(run_id) == []
+    assert ws.run_dirs() == []
+    assert list(ckpt.glob("runs/*/*/*")) == []  # policy version 0 was deleted with the rest
+    assert processes_mentioning(run_id) == []
