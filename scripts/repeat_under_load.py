@@ -47,15 +47,18 @@ def busy_loops(count: int) -> Iterator[None]:
             loop.wait()
 
 
-def outcomes(report: Path) -> dict[str, tuple[bool, float]]:
-    """Each test case of a JUnit report: (passed, seconds); a skip counts as not run."""
-    found: dict[str, tuple[bool, float]] = {}
+def outcomes(report: Path) -> dict[str, tuple[bool, float, str]]:
+    """Each test case of a JUnit report: (passed, seconds, why it failed); a skip counts as
+    not run."""
+    found: dict[str, tuple[bool, float, str]] = {}
     for case in ElementTree.parse(report).getroot().iter("testcase"):
         if case.find("skipped") is not None:
             continue
         name = f"{case.get('classname', '')}::{case.get('name', '')}"
-        failed = case.find("failure") is not None or case.find("error") is not None
-        found[name] = (not failed, float(case.get("time") or 0.0))
+        failure = case.find("failure")
+        failure = failure if failure is not None else case.find("error")
+        why = "" if failure is None else (failure.get("message") or "")[:400]
+        found[name] = (failure is None, float(case.get("time") or 0.0), why)
     return found
 
 
@@ -84,11 +87,11 @@ def main() -> int:
                 check=False,
             )
             found = outcomes(report) if report.exists() else {}
-            for name, (passed, seconds) in found.items():
+            for name, (passed, seconds, _) in found.items():
                 seen[name] += 1
                 passes[name] += passed
                 slowest[name] = max(slowest[name], seconds)
-            failed = [name for name, (passed, _) in found.items() if not passed]
+            failed = [f"{name}: {why}" for name, (passed, _, why) in found.items() if not passed]
             load = os.getloadavg()[0]
             print(
                 f"run {run + 1}/{args.runs}: exit {done.returncode}, {len(found)} tests, "
