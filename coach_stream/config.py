@@ -388,12 +388,30 @@ def builtin_presets() -> list[str]:
     return sorted(n.removesuffix(".yaml") for n in names if n.endswith(".yaml"))
 
 
+def _read_preset_file(path: Path) -> str:
+    """The text of a preset file, or a ``ConfigError`` naming what the path is instead."""
+    if path.is_dir():
+        raise ConfigError(
+            f"Preset {str(path)!r} is a directory; give a YAML file or a preset name."
+        )
+    if not path.is_file():
+        raise ConfigError(f"Preset file {str(path)!r} does not exist; check the path.")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(
+            f"Preset file {str(path)!r} is not UTF-8 text (a binary file?); give a YAML file."
+        ) from None
+    except OSError as error:
+        raise ConfigError(
+            f"Preset file {str(path)!r} cannot be read ({error.strerror}); fix its permissions."
+        ) from None
+
+
 def _read_yaml(name_or_path: str) -> tuple[dict[str, Any], str]:
     path = Path(name_or_path)
     if name_or_path.endswith((".yaml", ".yml")) or path.exists():
-        if not path.is_file():
-            raise ConfigError(f"Preset file {name_or_path!r} does not exist; check the path.")
-        text, where = path.read_text(encoding="utf-8"), str(path)
+        text, where = _read_preset_file(path), str(path)
     else:
         resource = resources.files("coach_stream") / "presets" / f"{name_or_path}.yaml"
         if not resource.is_file():

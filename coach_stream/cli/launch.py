@@ -37,6 +37,7 @@ from coach_stream.cli.options import (
     KafkaOption,
     SeedOption,
     SetOption,
+    check_writable_dir,
     checkpoint_url,
     load_run_preset,
 )
@@ -225,6 +226,8 @@ def launch(
     # A launcher killed with SIGTERM (a CI timeout, `kill`) stops its run like Ctrl-C does,
     # from the start: while the run starts, it is undone (`_start`), so nothing is orphaned.
     signal.signal(signal.SIGTERM, _interrupt)
+    if tensorboard is not None:
+        check_writable_dir(tensorboard, "--tensorboard")
     if experience_retention is not None:  # a preset override, so every task sees it too
         overrides = [*overrides, f"experience_retention={experience_retention}"]
     if metrics_port is not None:
@@ -585,6 +588,8 @@ def status(
     falls back to its orchestrator: run.json and log files, or the Nomad API. With --json,
     the orchestrator's view as one JSON object.
     """
+    if tensorboard is not None:
+        check_writable_dir(tensorboard, "--tensorboard")
     if run_id is not None and not as_json:
         shown = _status_from_kafka(run_id, kafka, watch, interval, tensorboard)
         if shown:

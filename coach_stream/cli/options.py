@@ -7,6 +7,7 @@ This module imports no torch, so ``launch`` stays quick to start.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -76,3 +77,15 @@ def load_run_preset(preset: str, seed: int | None, overrides: list[str]) -> Pres
     """The preset with ``--set`` overrides and ``--seed`` applied, validated once."""
     extra = [f"seed={seed}"] if seed is not None else []
     return load_preset(preset, [*overrides, *extra])
+
+
+def check_writable_dir(directory: Path, flag: str) -> None:
+    """``directory`` is one, or can be created, and this user may write there: else a
+    ``ConfigError`` naming ``flag``, before a command starts work it could not save."""
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"{flag} {directory}: {existing} is not a writable directory; choose another path."
+        )

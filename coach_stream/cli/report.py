@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 
 from coach_stream.cli.kafka_env import kafka_settings
-from coach_stream.cli.options import KafkaOption
+from coach_stream.cli.options import KafkaOption, check_writable_dir
 from coach_stream.errors import ConfigError
 from coach_stream.observability.report import RunReport
 from coach_stream.stack import LocalStack, default_cache_dir
@@ -126,9 +126,13 @@ def report(
     """
     from coach_stream.observability.report_figure import save_report
 
+    out = out or Path(f"{run_id}-report.png")
+    check_writable_dir(out.parent, "--out")  # before reading the run, not after
+    if out.is_dir():
+        raise ConfigError(f"--out {out} is a directory; give the PNG file's path.")
     settings = _settings(kafka)
     folded = read_report(settings, run_id, experience=experience, progress=progress)
-    path = save_report(folded, out or Path(f"{run_id}-report.png"))
+    path = save_report(folded, out)
     for line in folded.summary_lines():
         typer.echo(line)
     typer.echo(f"report: {path}")

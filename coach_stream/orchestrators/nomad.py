@@ -23,14 +23,16 @@ import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlparse
 
 import requests
 from nomad.api import exceptions as nomad_errors
 
 import nomad
 from coach_stream.core import RunSpec, TaskSpec, TaskState, TaskStatus
-from coach_stream.errors import OrchestratorError, ServiceUnavailableError
+from coach_stream.errors import ConfigError, OrchestratorError, ServiceUnavailableError
 from coach_stream.orchestrators.nomad_job import NomadJobSettings, build_job, job_id
 from coach_stream.orchestrators.state import RunRecord, RunState, TaskRecord
 from coach_stream.transport.settings import KafkaSettings, RunTopics
@@ -75,8 +77,10 @@ class NomadConnection:
             raise OrchestratorError(
                 "NOMAD_CLIENT_CERT and NOMAD_CLIENT_KEY go together; set both or neither."
             )
+        for key in ("cacert", "client_cert", "client_key"):
+            _check_file(names[key], values[key])
         return cls(
-            address=address.rstrip("/"),
+            address=_checked_address(address),
             token=values["token"],
             namespace=values["namespace"],
             region=values["region"],
@@ -99,6 +103,30 @@ class NomadConnection:
             verify=self.cacert or True,
             cert=cert,
         )
+
+
+def _check_file(variable: str, path: str | None) -> None:
+    """A TLS file named by ``NOMAD_CACERT`` & co. is a readable file (requests would raise)."""
+    if path is not None and not Path(path).is_file():
+        raise ConfigError(
+            f"{variable} (or its flag) names {path}, which is not a file; give the PEM "
+            f"file's path or unset {variable}."
+        )
+
+
+def _checked_address(address: str) -> str:
+    """``NOMAD_ADDR`` as a URL Nomad can be reached at; a ``ConfigError`` (bad input)."""
+    parsed = urlparse(address)
+    try:
+        parsed.port  # noqa: B018  (raises ValueError on a port that is not a number)
+    except ValueError:
+        parsed = parsed._replace(netloc="")
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise ConfigError(
+            f"NOMAD_ADDR (or --nomad-addr) {address!r} is not an http(s)://HOST:PORT address; "
+            "fix it, e.g. http://127.0.0.1:4646."
+        )
+    return address.rstrip("/")
 
 
 def task_name(group: str, index: int) -> str:
