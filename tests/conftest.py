@@ -25,6 +25,16 @@ _PROJECT_COMMAND = re.compile(r"(^|\s)(-m coach_stream\.|\S*/coach-stream(\s|$))
 pytest_plugins = ["nomad_double.fixtures"]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # A suite started in the background of a non-interactive shell (`make test &`, some CI
+    # runners) inherits SIGINT ignored, and so does every process it starts: bash cannot
+    # trap a signal ignored on entry and Python installs no KeyboardInterrupt for it, so
+    # the tests that send SIGINT (a user's Ctrl-C) would fail there, and only there.
+    # Python's own handler here makes the children start with SIGINT's default again.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if _INTEGRATION in Path(str(item.fspath)).parents:
