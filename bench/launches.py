@@ -20,38 +20,20 @@ import contextlib
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from jsonl import emit
 
+from coach_stream.testing.load import busy_loops
+
 CLI = Path(sys.executable).with_name("coach-stream")
 _STEPS = re.compile(r"^env steps: ([\d,]+)", re.MULTILINE)
-
-
-@contextlib.contextmanager
-def busy_loops(count: int) -> Iterator[None]:
-    """``count`` processes spinning on the cores, as a loaded CI machine has (`yes`)."""
-    loops = [
-        subprocess.Popen(["yes"], stdout=subprocess.DEVNULL, start_new_session=True)
-        for _ in range(count)
-    ]
-    # A SIGTERM (kill, a CI runner's timeout) ends this process through `finally`, so the
-    # loops it started do not spin on after it.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    try:
-        yield
-    finally:
-        for loop in loops:
-            loop.kill()
-            loop.wait()
 
 
 def launch(preset: str, overrides: list[str], workers: int, state_dir: Path) -> dict[str, object]:

@@ -14,37 +14,19 @@ lines as JSON. Exit 1 when any test failed in any run.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ElementTree
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 
+from coach_stream.testing.load import busy_loops
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-@contextlib.contextmanager
-def busy_loops(count: int) -> Iterator[None]:
-    loops = [
-        subprocess.Popen(["yes"], stdout=subprocess.DEVNULL, start_new_session=True)
-        for _ in range(count)
-    ]
-    # A SIGTERM (kill, a CI runner's timeout) ends this process through `finally`, so the
-    # loops it started do not spin on after it.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    try:
-        yield
-    finally:
-        for loop in loops:
-            loop.kill()
-            loop.wait()
 
 
 def outcomes(report: Path) -> dict[str, tuple[bool, float, str]]:
