@@ -21,13 +21,13 @@ $(STAMP): pyproject.toml
 # against testcontainers Kafka. Both halves run even when the first fails.
 test: setup
 	@status=0; \
-	bash scripts/with-stack.sh $(BIN)/pytest tests -q || status=$$?; \
+	bash scripts/with-stack.sh $(BIN)/pytest tests -q --durations=15 || status=$$?; \
 	bash scripts/test-containers.sh || status=$$?; \
 	exit $$status
 
 # The first half of `make test` alone: the whole suite against the local stack.
 test-stack: setup
-	bash scripts/with-stack.sh $(BIN)/pytest tests -q
+	bash scripts/with-stack.sh $(BIN)/pytest tests -q --durations=15
 
 # The Kafka integration suites against testcontainers Kafka (docs/testing.md): uses the
 # engine at DOCKER_HOST, or installs/starts the project's own and stops it afterwards;
