@@ -3,6 +3,7 @@ the right exit code, and leaves nothing behind: no topic, no object, no run dire
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -57,10 +58,11 @@ def test_a_failed_replay_train_leaves_no_topics(
 
 @pytest.fixture(scope="module")
 def recorded_run(services: Services) -> Iterator[str]:
-    """A run id whose experience topic holds a short scripted CartPole recording."""
+    """A run id whose experience topic holds a short random CartPole recording (4 envs x 64
+    steps: a dozen episodes end inside it, so a Minari export writes some)."""
     import uuid
 
-    from coach_stream.replay.record import cartpole_controller, record
+    from coach_stream.replay.record import random_controller, record
     from coach_stream.transport.admin import delete_run_topics, ensure_run_topics
     from coach_stream.transport.settings import KafkaSettings, RunTopics
     from coach_stream.transport.writer import KafkaExperienceWriter
@@ -70,7 +72,7 @@ def recorded_run(services: Services) -> Iterator[str]:
     topics = RunTopics.for_run(run_id)
     ensure_run_topics(settings, topics, 1)
     with KafkaExperienceWriter(settings, topics.experience) as writer:
-        record(writer, run_id, "CartPole-v1", cartpole_controller(0.2), 64, chunk_steps=8)
+        record(writer, run_id, "CartPole-v1", random_controller(2), 64, chunk_steps=8)
     yield run_id
     delete_run_topics(settings, topics)
 
@@ -115,6 +117,73 @@ def test_an_interrupted_export_leaves_no_file(
     finished = ws.run(*args, "--kafka", services.kafka, "--no-progress")  # then it works
     assert finished.code == 0, finished.stderr
     assert out.is_file() and [p.name for p in ws.cwd.glob(".*partial")] == []
+
+
+def test_a_minari_export_to_a_relative_out_lands_there(
+    ws: Workspace, services: Services, recorded_run: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = ws.run(
+        "replay", "export", recorded_run, "--format", "minari", "--out", "datasets",
+        "--env", "CartPole-v1", "--kafka", services.kafka, "--no-progress",
+    )  # fmt: skip
+    assert result.code == 0, result.stderr
+    assert "Traceback" not in result.stderr and "Warning" not in result.stderr
+    assert json.loads(result.stdout)["episodes"] > 0
+    import minari
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(ws.cwd / "datasets"))
+    dataset = minari.load_dataset(f"coach-stream/{recorded_run}-v0")
+    assert dataset.total_episodes == json.loads(result.stdout)["episodes"]
+
+
+@pytest.mark.parametrize("out_exists", [False, True])
+def test_a_minari_export_with_another_env_is_refused_and_leaves_nothing(
+    ws: Workspace, services: Services, recorded_run: str, out_exists: bool
+) -> None:
+    out = ws.cwd / "datasets"
+    if out_exists:
+        out.mkdir()
+    result = ws.run(
+        "replay", "export", recorded_run, "--format", "minari", "--out", str(out),
+        "--env", "Pendulum-v1", "--kafka", services.kafka, "--no-progress",
+    )  # fmt: skip
+    refused(result, says="does not fit --env Pendulum-v1: observations of shape (4,)")
+    if out_exists:
+        assert list(out.iterdir()) == []  # the namespace and dataset directories went too
+    else:
+        assert not out.exists()
+
+
+def _gs_export(ws: Workspace, services: Services, source: str, *extra: str) -> Result:
+    tmp = ws.cwd / "tmp"  # where the upload is staged
+    tmp.mkdir(exist_ok=True)
+    ws.env["TMPDIR"] = str(tmp)
+    return ws.run(
+        "replay", "export", source, "--format", "parquet", "--kafka", services.kafka,
+        "--no-progress", *extra,
+    )  # fmt: skip
+
+
+def test_an_export_to_a_missing_bucket_is_refused(
+    ws: Workspace, services: Services, recorded_run: str
+) -> None:
+    result = _gs_export(
+        ws, services, recorded_run, "--out", "gs://cli-no-such-bucket/x",
+        "--gcs-emulator", services.gcs,
+    )  # fmt: skip
+    refused(result, says="bucket gs://cli-no-such-bucket does not exist")
+    assert list((ws.cwd / "tmp").iterdir()) == []
+
+
+def test_an_export_to_a_dead_gcs_emulator_fails_fast(
+    ws: Workspace, services: Services, recorded_run: str
+) -> None:
+    result = _gs_export(
+        ws, services, recorded_run, "--out", "gs://coach-stream/x",
+        "--gcs-emulator", "http://127.0.0.1:1",
+    )  # fmt: skip
+    refused(result, says="The GCS emulator at http://127.0.0.1:1 cannot be reached", code=3)
+    assert list((ws.cwd / "tmp").iterdir()) == []
 
 
 # `launch` in a process that gets SIGINT at the last moment of its start: every task was

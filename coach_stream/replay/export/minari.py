@@ -10,6 +10,7 @@ memory holds only the open episodes, one per environment.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import gymnasium as gym
 import numpy as np
 
 from coach_stream.errors import ConfigError
+from coach_stream.replay.columnar import ChunkColumns
 from coach_stream.replay.reader import ChunkBatch
 
 _FLUSH = 64  # episodes per update_episodes call
@@ -34,7 +36,8 @@ class _Open:
 
 class MinariExporter:
     """``root``: the datasets directory (``MINARI_DATASETS_PATH``); the dataset goes to
-    ``root/<dataset_id>``."""
+    ``root/<dataset_id>``. Each batch is checked against ``env_id``'s spaces before it is
+    written: data recorded in another environment is refused in one sentence."""
 
     def __init__(self, root: Path, dataset_id: str, env_id: str | None, description: str) -> None:
         from minari.dataset.minari_storage import MinariStorage
@@ -59,7 +62,10 @@ class MinariExporter:
                 f"Dataset id {dataset_id!r} is not valid for Minari ({error}); use a form like "
                 "coach-stream/my-run-v0."
             ) from error
-        self.root, self.dataset_id = root, dataset_id
+        # Absolute: minari joins a relative data path onto itself (data/rel/data/0).
+        root = root.absolute()
+        self.root, self.dataset_id, self.env_id = root, dataset_id, env_id
+        self.observation_space, self.action_space = env.observation_space, env.action_space
         import os
 
         os.environ["MINARI_DATASETS_PATH"] = str(root)  # minari resolves namespaces through it
@@ -78,8 +84,11 @@ class MinariExporter:
             env_spec=spec,
             data_format="arrow",
         )
-        self.storage.update_metadata(
-            _generate_dataset_metadata(
+        with warnings.catch_warnings():
+            # minari warns about unset optional metadata (author email, eval env): noise
+            # on the stderr whose last line scripts read as the cause of a failure.
+            warnings.simplefilter("ignore", UserWarning)
+            metadata = _generate_dataset_metadata(
                 dataset_id,
                 spec,
                 None,
@@ -94,7 +103,7 @@ class MinariExporter:
                 description,
                 None,
             )
-        )
+        self.storage.update_metadata(metadata)
         env.close()
         self._open: dict[tuple[int, int], _Open] = {}
         self._done: list[Any] = []
@@ -106,6 +115,7 @@ class MinariExporter:
         from minari.data_collector import EpisodeBuffer
 
         c = batch.columns
+        self._check_fits(c)
         step_end = np.cumsum(c.steps)
         obs_end = step_end + np.arange(1, len(c) + 1)
         rows = zip(
@@ -151,6 +161,28 @@ class MinariExporter:
                 self.steps += episode.steps
                 if len(self._done) >= _FLUSH:
                     self._flush()
+
+    def _check_fits(self, c: ChunkColumns) -> None:
+        """The batch's observations and actions fit the environment's spaces (``--env``)."""
+        obs, actions = self.observation_space, self.action_space
+        found: str | None = None
+        if obs.shape is not None and c.observations.shape[1:] != obs.shape:
+            found = f"observations of shape {c.observations.shape[1:]} (its: {obs.shape})"
+        elif isinstance(actions, gym.spaces.Discrete):
+            integral = np.issubdtype(c.actions.dtype, np.integer)
+            low, high = int(actions.start), int(actions.start + actions.n)
+            if c.actions.ndim != 1 or not integral:
+                found = f"actions of shape {c.actions.shape[1:]} and dtype {c.actions.dtype} "
+                found += f"(its: discrete, {low}..{high - 1})"
+            elif len(c.actions) and (c.actions.min() < low or c.actions.max() >= high):
+                found = f"actions {c.actions.min()}..{c.actions.max()} (its: {low}..{high - 1})"
+        elif actions.shape is not None and c.actions.shape[1:] != actions.shape:
+            found = f"actions of shape {c.actions.shape[1:]} (its: {actions.shape})"
+        if found is not None:
+            raise ConfigError(
+                f"The recorded data does not fit --env {self.env_id}: {found}; pass the "
+                "environment the run was recorded in."
+            )
 
     def _flush(self) -> None:
         if self._done:

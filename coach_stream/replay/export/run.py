@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from coach_stream.errors import ConfigError
@@ -30,8 +31,12 @@ def run_export(
         "coach_stream.topic": topic,
         "coach_stream.range": ";".join(f"{s.partition}:{s.start}-{s.end}" for s in reader.spans),
     }
+    dataset_id = dataset_id or f"coach-stream/{base}-v0"
+    # A Minari export writes into a directory in place: what it creates is removed again
+    # unless it finishes (a refused --env, Ctrl-C, a failed upload).
+    made = _first_missing(destination.local / dataset_id) if format == "minari" else None
     try:
-        exporter = _exporter(format, destination.local, reader, metadata, env, dataset_id, base)
+        exporter = _exporter(format, destination.local, reader, metadata, env, dataset_id)
         for batch in reader.chunk_batches():
             exporter.write(batch)
         counts = exporter.close()
@@ -41,6 +46,10 @@ def run_export(
                 "undecodable records); nothing to export."
             )
         where = destination.finish()
+    except BaseException:
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
+        raise
     finally:
         destination.cleanup()
     counts = {**counts, "chunks": reader.stats.chunks, "transitions": reader.stats.transitions}
@@ -54,8 +63,7 @@ def _exporter(
     reader: ReplayReader,
     metadata: dict[str, str],
     env: str | None,
-    dataset_id: str | None,
-    base: str,
+    dataset_id: str,
 ) -> Exporter:
     if format == "avro":
         from coach_stream.replay.export.avro import AvroExporter
@@ -67,7 +75,14 @@ def _exporter(
         return ParquetExporter(path, metadata)
     from coach_stream.replay.export.minari import MinariExporter
 
-    path.mkdir(parents=True, exist_ok=True)
-    return MinariExporter(
-        path, dataset_id or f"coach-stream/{base}-v0", env, f"Exported from {metadata}"
-    )
+    return MinariExporter(path, dataset_id, env, f"Exported from {metadata}")
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost directory of ``path`` (itself included) that does not exist yet."""
+    path = path.absolute()
+    if path.exists():
+        return None
+    while not path.parent.exists():
+        path = path.parent
+    return path
