@@ -591,7 +591,13 @@ def status(
     if tensorboard is not None:
         check_writable_dir(tensorboard, "--tensorboard")
     if run_id is not None and not as_json:
-        shown = _status_from_kafka(run_id, kafka, watch, interval, tensorboard)
+        ended = None
+        if _on_nomad(orchestrator_kind, state_dir, run_id, nomad_addr):
+            on_nomad = nomad_cli.orchestrator_for(
+                nomad_addr, nomad_token, nomad_namespace, nomad_region
+            )
+            ended = nomad_cli.ended_state(on_nomad, run_id)
+        shown = _status_from_kafka(run_id, kafka, watch, interval, tensorboard, ended)
         if shown:
             _print_local_failure(state_dir, run_id)
             return
@@ -718,6 +724,7 @@ def stop(
         on_nomad = nomad_cli.orchestrator_for(
             nomad_addr, nomad_token, nomad_namespace, nomad_region
         )
+        on_nomad.require_job(run_id)  # stopping nothing is a wrong run id, not success
         on_nomad.stop(run_id, purge=purge)
         on_nomad.wait_ended(run_id, 60.0)
         gone = " and purged" if purge else ""
@@ -772,9 +779,15 @@ def _local_progress(orchestrator: LocalOrchestrator, run_id: str, kafka: str | N
 
 
 def _status_from_kafka(
-    run_id: str, kafka: str | None, watch: bool, interval: float, tensorboard: Path | None
+    run_id: str,
+    kafka: str | None,
+    watch: bool,
+    interval: float,
+    tensorboard: Path | None,
+    ended: str | None = None,
 ) -> bool:
-    """Show the run from its telemetry topic; False when no broker has that topic."""
+    """Show the run from its telemetry topic; False when no broker has that topic.
+    ``ended``: the orchestrator says the run's tasks no longer run (``show_status``)."""
     address = kafka or LocalStack(default_cache_dir()).kafka_bootstrap()
     if not address:
         return False
@@ -783,8 +796,9 @@ def _status_from_kafka(
         return False
     try:
         status_cli.show_status(
-            settings, run_id, watch=watch, interval_s=interval, tensorboard=tensorboard
-        )
+            settings, run_id, watch=watch, interval_s=interval, tensorboard=tensorboard,
+            ended=ended,
+        )  # fmt: skip
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     return True

@@ -30,6 +30,7 @@ from coach_stream.orchestrators.nomad_job import (
     NomadJobSettings,
     job_env,
     job_hcl,
+    job_id,
 )
 from coach_stream.orchestrators.progress import RunProgress
 from coach_stream.transport.settings import KafkaSecurity, KafkaSettings
@@ -221,6 +222,21 @@ def status(orchestrator: NomadOrchestrator, run_id: str, as_json: bool, render: 
     if figures.finished:
         parts.append(Text(f"finished: {json.dumps(figures.finished)}"))
     out.print(Group(*parts))
+
+
+def ended_state(orchestrator: NomadOrchestrator, run_id: str) -> str | None:
+    """What the run's telemetry cannot know: Nomad has no job of it any more (purged) or
+    stopped it. None while the job is there and wanted, or when Nomad does not answer."""
+    try:
+        job = orchestrator.find_job(run_id)
+    except CoachStreamError:
+        return None  # the telemetry view stands on its own
+    the_id = job_id(run_id)
+    if job is None:
+        return f"gone: Nomad has no job {the_id} (purged, or never submitted there)"
+    if job.get("Stop"):
+        return f"stopped: Nomad job {the_id} was stopped"
+    return None
 
 
 def logs(orchestrator: NomadOrchestrator, run_id: str, task: str | None, follow: bool) -> None:

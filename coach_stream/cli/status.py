@@ -9,6 +9,7 @@ finishes or Ctrl-C (exit 130); without it, one snapshot. ``--tensorboard DIR`` a
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -97,8 +98,14 @@ def show_status(
     interval_s: float = 2.0,
     tensorboard: Path | None = None,
     console: Console | None = None,
+    ended: str | None = None,
 ) -> RunStatus:
     """Print the view once, or (``watch``) keep it refreshed until the run finishes.
+
+    ``ended``: the orchestrator's word that the run's tasks no longer run (a purged or
+    stopped Nomad job). Unless the telemetry says the run finished, it is the run's state
+    (the last events may be seconds old and read as "running"), and there is nothing to
+    watch.
 
     Ctrl-C propagates as ``KeyboardInterrupt`` (the command turns it into exit 130); the
     live display is closed first, so the terminal is left clean.
@@ -108,6 +115,15 @@ def show_status(
     try:
         with StatusSource(settings, run_id, scalars) as source:
             status = source.refresh()
+            if ended is not None and source.telemetry.finished is None:
+                word = ended.split(":", 1)[0]  # each task that did not exit: gone, stopped
+                tasks = tuple(
+                    t if t.state.startswith("exited") else dataclasses.replace(t, state=word)
+                    for t in status.tasks
+                )
+                status = dataclasses.replace(status, state=ended, tasks=tasks)
+                out.print(render_status(status))
+                return status
             if not watch:
                 out.print(render_status(status))
                 return status

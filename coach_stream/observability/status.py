@@ -318,7 +318,8 @@ def _header(status: RunStatus) -> Text:
     what = ", ".join(
         str(info[k]) for k in ("preset", "env_id", "algorithm", "mode") if info.get(k) is not None
     )
-    style = "bold red" if "SILENT" in status.state else "bold"
+    alarming = "SILENT" in status.state or status.state.startswith("gone")
+    style = "bold red" if alarming else "bold"
     header = Text(f"run {status.run_id} — ")
     header.append(status.state, style=style)
     if what:

@@ -237,6 +237,7 @@ class NomadOrchestrator:
 
     def logs(self, run_id: str, task: str | None = None) -> Iterator[str]:
         """Every line of one task's stdout and stderr, or of all tasks' prefixed ``[task]``."""
+        self.require_job(run_id)  # no job is an error, not an empty log
         allocations = self._live_allocations(run_id)
         names = [task] if task else sorted(allocations)
         if task and task not in allocations:
@@ -261,6 +262,7 @@ class NomadOrchestrator:
 
     def follow_logs(self, run_id: str, task: str) -> Iterator[str]:
         """One task's stdout lines as they are written, until its allocation ends."""
+        self.require_job(run_id)
         alloc = self._live_allocations(run_id).get(task)
         if alloc is None:
             raise OrchestratorError(f"Run {run_id!r} has no task {task!r} on Nomad.")
@@ -306,18 +308,28 @@ class NomadOrchestrator:
 
     def record(self, run_id: str) -> RunRecord:
         """The run as the local orchestrator's ``RunRecord`` (the live view renders it)."""
-        the_id = job_id(run_id)
-        job = self._find_job(the_id)
-        if job is None:
-            raise OrchestratorError(
-                f"Nomad at {self.connection.address} has no job {the_id}; check the run id and "
-                "NOMAD_NAMESPACE."
-            )
+        job = self.require_job(run_id)
         allocations = self._live_allocations(run_id)
         tasks = [_task_record(name, alloc) for name, alloc in sorted(allocations.items())]
         state = _run_state(job, tasks)
         submitted_ms = int(job.get("SubmitTime") or time.time_ns()) // 1_000_000
         return RunRecord(run_id=run_id, tasks=tasks, state=state, created_at_ms=submitted_ms)
+
+    def find_job(self, run_id: str) -> dict[str, Any] | None:
+        """The run's job as Nomad has it (stopped ones included); None when it has none."""
+        return self._find_job(job_id(run_id))
+
+    def require_job(self, run_id: str) -> dict[str, Any]:
+        """The run's job, or an ``OrchestratorError`` saying Nomad has none (exit 2)."""
+        job = self.find_job(run_id)
+        if job is None:
+            namespace = self.connection.namespace or "default"
+            raise OrchestratorError(
+                f"Nomad at {self.connection.address} has no job {job_id(run_id)} in namespace "
+                f"{namespace} (never submitted there, or purged); check the run id, "
+                "NOMAD_ADDR and NOMAD_NAMESPACE."
+            )
+        return job
 
     def wait_running(self, run_id: str, timeout_s: float, count: int | None = None) -> None:
         """Until every wanted allocation runs: blocking queries on the job's allocations."""

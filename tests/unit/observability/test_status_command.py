@@ -24,8 +24,9 @@ def test_ctrl_c_while_watching_exits_130(
     monkeypatch.setattr(status_cli, "show_status", interrupted)
     assert main(["status", "r1", "--watch", "--interval", "0.5", "--kafka", "k:9092"]) == 130
     assert watched == [
-        {"run_id": "r1", "kafka": "k:9092", "watch": True, "interval_s": 0.5, "tensorboard": None}
-    ]
+        {"run_id": "r1", "kafka": "k:9092", "watch": True, "interval_s": 0.5, "tensorboard": None,
+         "ended": None}
+    ]  # fmt: skip
     assert "Traceback" not in capsys.readouterr().err
 
 
