@@ -7,6 +7,8 @@ here explicitly instead of inheriting whatever defaults a broker has.
 
 from __future__ import annotations
 
+import socket
+import ssl
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -24,6 +26,8 @@ FOREVER = "-1"
 FIRST_CONTACT_S = 5.0
 """How long ``ensure_run_topics`` waits for a first answer before calling Kafka unreachable."""
 _LEADER_POLL_S = 0.05
+PROBE_S = 2.0
+"""How long ``protocol_mismatch`` waits for the connection and for the TLS handshake."""
 
 
 @dataclass(frozen=True)
@@ -35,14 +39,84 @@ class TopicPlan:
     config: dict[str, str]
 
 
-def unreachable(settings: KafkaSettings, timeout: float, cause: object) -> ServiceUnavailableError:
-    """The one sentence for a broker that did not answer; ``cause`` is librdkafka's reason."""
+def unreachable(
+    settings: KafkaSettings, timeout: float, cause: object
+) -> ServiceUnavailableError | ConfigError:
+    """The one sentence for a broker that did not answer; ``cause`` is librdkafka's reason.
+
+    A broker whose listener speaks another protocol than the client's (TLS against a
+    PLAINTEXT listener, or the reverse) never answers librdkafka either, but no retry can
+    fix that: when a direct look at the first bootstrap address shows it, the sentence
+    names the likely mismatch and is a ``ConfigError`` (exit 2, not 3).
+    """
     if isinstance(cause, KafkaError):
         cause = cause.str()
+    mismatch = protocol_mismatch(settings)
+    if mismatch is not None:
+        return ConfigError(mismatch)
     return ServiceUnavailableError(
         f"Kafka at {settings.bootstrap_servers} did not answer within {timeout:g}s ({cause}); "
         "start it with `coach-stream stack up` or set KAFKA_BOOTSTRAP_SERVERS to a running broker."
     )
+
+
+def protocol_mismatch(settings: KafkaSettings, timeout: float = PROBE_S) -> str | None:
+    """Why the broker's listener likely expects another security protocol, or None.
+
+    One TCP connection to the first bootstrap address and a TLS handshake on it (nothing
+    verified, nothing sent after it): a PLAINTEXT Kafka listener reads the TLS hello as an
+    oversized request and closes the connection at once; a TLS listener answers the hello.
+    None when nothing listens (a broker that is down), or the answer says neither.
+    """
+    address = _first_address(settings.bootstrap_servers)
+    if address is None:
+        return None
+    host, port = address
+    try:
+        connection = socket.create_connection((host, port), timeout=timeout)
+    except OSError:
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with context.wrap_socket(connection, server_hostname=host):
+            speaks_tls = True
+    except (ssl.SSLEOFError, ssl.SSLZeroReturnError, ConnectionResetError, BrokenPipeError):
+        speaks_tls = False  # closed on the hello: not a TLS listener
+    except ssl.SSLError as error:
+        speaks_tls = error.reason != "WRONG_VERSION_NUMBER"  # a TLS alert: it speaks TLS
+    except OSError:
+        return None  # a timeout: cannot tell
+    finally:
+        connection.close()
+    protocol = settings.security.protocol
+    variable = "COACH_STREAM_KAFKA_SECURITY_PROTOCOL"
+    where = settings.bootstrap_servers
+    if settings.security.tls and not speaks_tls:
+        return (
+            f"Kafka at {where} does not speak TLS, but {variable} is {protocol}: the listener "
+            f"is likely PLAINTEXT or SASL_PLAINTEXT; set {variable} to the protocol it "
+            "expects, or --kafka to the broker's TLS listener (see docs/security.md)."
+        )
+    if not settings.security.tls and speaks_tls:
+        return (
+            f"Kafka at {where} expects TLS, but {variable} is {protocol}: the listener is "
+            f"likely SSL or SASL_SSL; set {variable} to the protocol it expects (with "
+            "COACH_STREAM_KAFKA_SSL_CA_LOCATION), or --kafka to the broker's plaintext "
+            "listener (see docs/security.md)."
+        )
+    return None
+
+
+def _first_address(bootstrap_servers: str) -> tuple[str, int] | None:
+    """(host, port) of the first ``host:port`` (``[v6]:port``, ``PROTOCOL://`` allowed)."""
+    first = bootstrap_servers.split(",")[0].strip().rpartition("://")[2]
+    host, _, port = first.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit():
+        return None
+    return host, int(port)
 
 
 def check_broker(settings: KafkaSettings, timeout: float = 10.0) -> ClusterMetadata:
