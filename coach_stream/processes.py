@@ -273,10 +273,12 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
         return True
 
 
-def require_free_port(port: int, service: str, host: str = "127.0.0.1") -> None:
+def require_free_port(
+    port: int, service: str, host: str = "127.0.0.1", fix: str | None = None
+) -> None:
+    """``port`` can be bound, or one sentence: who needs it, and ``fix`` (what to do)."""
     if not port_is_free(port, host):
+        fix = fix or f"stop that process (`ss -ltnp 'sport = :{port}'` names it)"
         raise ServiceUnavailableError(
-            f"Port {host}:{port} needed by {service} is already taken by another process; "
-            f"stop that process or run `coach-stream stack down && coach-stream stack up` "
-            f"to pick new ports."
+            f"Port {host}:{port} needed by {service} is already taken by another process; {fix}."
         )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import shlex
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -128,8 +129,9 @@ class LocalStack:
         formatted = (self.kafka_layout.data / "meta.properties").exists()
         if formatted and "broker_port" in entry:
             broker_port, controller_port = entry["broker_port"], entry["controller_port"]
-            processes.require_free_port(broker_port, "the Kafka broker")
-            processes.require_free_port(controller_port, "the Kafka controller")
+            for port, service in ((broker_port, "the Kafka broker"),
+                                  (controller_port, "the Kafka controller")):  # fmt: skip
+                processes.require_free_port(port, service, fix=self._taken_port_fix(port))
         else:
             shutil.rmtree(self.kafka_layout.data, ignore_errors=True)
             broker_port, controller_port = processes.free_port(), processes.free_port()
@@ -148,6 +150,21 @@ class LocalStack:
             processes.stop(record)
             raise
         return entry
+
+    def _taken_port_fix(self, port: int) -> str:
+        """What frees a kept Kafka port. A plain ``down``/``up`` does not: the ports are kept
+        with Kafka's log directory (its topics); only ``down --purge`` forgets them."""
+        from coach_stream.stack import default_cache_dir
+
+        own = self.cache_dir == default_cache_dir()
+        cache = "" if own else f" --cache-dir {shlex.quote(str(self.cache_dir))}"
+        return (
+            f"the stack keeps its ports across down/up (with Kafka's topics), so stop that "
+            f"process (`ss -ltnp 'sport = :{port}'` names it), or run `coach-stream stack down "
+            f"--purge{cache} && coach-stream stack up{cache}` for new ports (this deletes the "
+            "stack's topics and stored objects), or start a separate stack with another "
+            "--cache-dir (COACH_STREAM_CACHE)"
+        )
 
     def _up_gcs(self, entry: dict[str, Any], steps: Steps) -> dict[str, Any]:
         record = self._record(entry)

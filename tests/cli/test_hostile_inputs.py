@@ -3,8 +3,15 @@ ended in a traceback); each is now refused in one line, exit 2, with nothing cre
 
 from __future__ import annotations
 
+import json
+import shlex
+import shutil
+import socket
+
 import pytest
 from cli_helpers import Workspace, processes_mentioning, refused
+
+from coach_stream.stack.kafka import KAFKA_VERSION
 
 NO_KAFKA = ("--kafka", "127.0.0.1:1")
 
@@ -79,3 +86,37 @@ def test_bad_nomad_settings_are_bad_input(
     ws.env.update(variables)
     result = ws.run(command, "some-run", "--orchestrator", "nomad")
     refused(result, says=says)  # exit 2: nothing a retry could fix
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="the Kafka broker needs Java")
+@pytest.mark.parametrize("held", ["broker_port", "controller_port"])
+def test_stack_up_with_a_kept_port_taken_says_what_frees_it(ws: Workspace, held: str) -> None:
+    """A stack that already ran keeps its Kafka ports (with its topics): a plain down/up
+    would pick the same port again, so the hint must be `down --purge` (or stopping the
+    holder, or another cache directory), and nothing is started."""
+    cache = ws.cwd / "stack cache"  # a space: the hint's command must quote it
+    libs = cache / "kafka" / KAFKA_VERSION / "libs"
+    libs.mkdir(parents=True)
+    (libs / ".complete").touch()  # provisioned: nothing is fetched
+    data = cache / "stack" / "kafka" / "data"
+    data.mkdir(parents=True)
+    (data / "meta.properties").touch()  # formatted: the kept ports are required
+    with socket.socket() as holder, socket.socket() as other:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        other.bind(("127.0.0.1", 0))  # the other kept port: free again once closed
+        free = "controller_port" if held == "broker_port" else "broker_port"
+        ports = {held: holder.getsockname()[1], free: other.getsockname()[1]}
+        other.close()
+        state = cache / "stack" / "state.json"
+        state.write_text(json.dumps({"kafka": ports}))
+        result = ws.run("stack", "up", "--no-gcs", "--cache-dir", str(cache))
+    refused(result, says=f"Port 127.0.0.1:{ports[held]} needed by the Kafka", code=3)
+    quoted = shlex.quote(str(cache))
+    assert (
+        f"`coach-stream stack down --purge --cache-dir {quoted} && coach-stream stack up "
+        f"--cache-dir {quoted}`" in result.stderr
+    )
+    assert "stack down &&" not in result.stderr  # the hint that kept the same ports
+    assert json.loads(state.read_text()) == {"kafka": ports}  # nothing was started
+    assert processes_mentioning(str(cache)) == []
