@@ -177,6 +177,7 @@ def test_a_wrong_token_and_a_stopped_agent_are_named(nomad_double_factory: MakeD
 
 
 def test_connection_settings_come_from_the_nomad_cli_variables(tmp_path: Path) -> None:
+    (tmp_path / "ca.pem").write_text("a CA bundle")  # a named file must exist (issue 27)
     env = {
         "NOMAD_ADDR": "nomad.example:4646",
         "NOMAD_TOKEN": "t",
