@@ -7,7 +7,6 @@ This module imports no torch, so ``launch`` stays quick to start.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -82,10 +81,10 @@ def load_run_preset(preset: str, seed: int | None, overrides: list[str]) -> Pres
 def check_writable_dir(directory: Path, flag: str) -> None:
     """``directory`` is one, or can be created, and this user may write there: else a
     ``ConfigError`` naming ``flag``, before a command starts work it could not save."""
-    existing = directory
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+    from coach_stream.orchestrators.launcher import unwritable_ancestor
+
+    existing = unwritable_ancestor(directory)
+    if existing is not None:
         raise ConfigError(
             f"{flag} {directory}: {existing} is not a writable directory; choose another path."
         )

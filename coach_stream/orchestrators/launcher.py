@@ -217,12 +217,21 @@ def _run_objects(store: Any, run_id: str) -> list[str]:
     return [*store.list(policies_prefix(run_id)), *store.list(trainer_prefix(run_id))]
 
 
-def _check_creatable(root: Path) -> None:
-    """``root`` is a directory, or can become one, that this user may write to."""
-    existing = root
+def unwritable_ancestor(directory: Path) -> Path | None:
+    """None when ``directory`` is one, or can be created, and this user may write there;
+    else the nearest existing path that stops it."""
+    existing = directory
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+    if existing.is_dir() and os.access(existing, os.W_OK | os.X_OK):
+        return None
+    return existing
+
+
+def _check_creatable(root: Path) -> None:
+    """``root`` is a directory, or can become one, that this user may write to."""
+    existing = unwritable_ancestor(root)
+    if existing is not None:
         raise ConfigError(
             f"The checkpoint directory {root} cannot be created ({existing} is not a "
             "writable directory); fix --checkpoints."
