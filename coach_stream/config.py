@@ -235,6 +235,32 @@ class IMPALAConfig(_Frozen):
     an announcement; a trainer on a busy machine keeps up by publishing less often)."""
 
 
+class NormalizeConfig(_Frozen):
+    """Observation and reward normalisation (what SB3's ``VecNormalize`` does in one process),
+    kept by the trainer from the experience it reads and shipped inside every policy
+    version, so every worker, the evaluator and any later loader act on the same
+    statistics (``coach_stream.policies.normalization``). For the on-policy learners
+    (``ppo``, ``impala``) and vector observations; image presets scale pixels in the network."""
+
+    observations: bool = False
+    """Standardise observations by their running mean and variance, then clip."""
+    rewards: bool = False
+    """Divide rewards by the running standard deviation of the discounted return, then clip
+    (the learner sees scaled rewards; returns reported by workers and the evaluator stay raw)."""
+    clip_observations: float = Field(default=10.0, gt=0)
+    """Normalised observations are clipped to [-clip, clip]."""
+    clip_rewards: float = Field(default=10.0, gt=0)
+    """Scaled rewards are clipped to [-clip, clip]."""
+    epsilon: float = Field(default=1e-8, gt=0)
+    """Added to the variances before the square root."""
+    gamma: float | None = Field(default=None, gt=0, le=1)
+    """Discount of the return whose variance scales rewards; default: the algorithm's gamma."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.observations or self.rewards
+
+
 class TrainerConfig(_Frozen):
     """Trainer-side bookkeeping that is independent of the algorithm."""
 
@@ -293,6 +319,7 @@ class Preset(_Frozen):
     network: NetworkConfig = Field(default_factory=NetworkConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    normalize: NormalizeConfig = Field(default_factory=NormalizeConfig)
     ppo: PPOConfig | None = None
     dqn: DQNConfig | None = None
     sac: SACConfig | None = None
@@ -338,6 +365,31 @@ class Preset(_Frozen):
                     f"{name.upper()} learns from workers that never wait: mode 'async'"
                 )
         return self
+
+    @model_validator(mode="after")
+    def _normalize_fits(self) -> Preset:
+        if self.normalize.enabled and self.algorithm in ("dqn", "sac"):
+            raise ValueError(
+                f"normalize is for the on-policy learners (ppo, impala): {self.algorithm}'s "
+                "replay buffer would mix experience normalised with different statistics; "
+                "remove the normalize section (rl-zoo runs DQN and SAC without it)"
+            )
+        return self
+
+    def check_normalizable(self, obs_shape: tuple[int, ...], obs_dtype: str) -> None:
+        """Refuse observation normalisation of image observations (3-D uint8 frames)."""
+        if self.normalize.observations and len(obs_shape) == 3 and obs_dtype == "uint8":
+            raise ConfigError(
+                f"Preset {self.name!r} normalises observations, but {self.env_id} gives "
+                f"images {tuple(obs_shape)}; the network scales pixels itself: set "
+                "normalize.observations to false."
+            )
+
+    @property
+    def discount(self) -> float:
+        """The algorithm's gamma: what reward normalisation discounts returns with by default."""
+        section = getattr(self, self.algorithm)
+        return float(section.gamma)
 
     @model_validator(mode="after")
     def _unread_limit_fits(self) -> Preset:

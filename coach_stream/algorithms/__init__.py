@@ -85,4 +85,8 @@ def builder_for(preset: Preset) -> AlgorithmBuilder:
             f"Preset {preset.name!r} names algorithm {preset.algorithm!r}, which has no "
             f"builder; use one of {known}."
         ) from None
+    if preset.normalize.enabled:
+        from coach_stream.algorithms.normalized import Normalized
+
+        return Normalized(make(preset), preset)
     return make(preset)

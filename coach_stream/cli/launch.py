@@ -344,12 +344,7 @@ def _launch_on_nomad(
         )
     with spinner(f"run {settings.run_id}: checking Kafka and the checkpoint store") as step:
         # Outside the try: a refused launch (a run id taken) must not discard that run.
-        validate_launch(
-            settings,
-            plan.preset.env_id,
-            env_wrappers=plan.preset.env_wrappers,
-            algorithm=plan.preset.algorithm,
-        )
+        validate_launch(settings, plan.preset)
         step(f"run {settings.run_id}: creating its topics")
         claim_run_id(settings)  # a lost race is refused, and undoes nothing
         try:
@@ -447,10 +442,7 @@ def _check_run_free(orchestrator: LocalOrchestrator, plan: _LaunchPlan) -> None:
             f"Run id {plan.settings.run_id!r} already exists in {run_dir.path.parent}; choose "
             "another --run-id."
         )
-    preset = plan.preset
-    validate_launch(
-        plan.settings, preset.env_id, env_wrappers=preset.env_wrappers, algorithm=preset.algorithm
-    )
+    validate_launch(plan.settings, plan.preset)
 
 
 def _start(orchestrator: LocalOrchestrator, plan: _LaunchPlan, step: Callable[[str], None]) -> None:

@@ -25,16 +25,19 @@ import contextlib
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from coach_stream.core import Orchestrator
 from coach_stream.errors import ConfigError, ServiceUnavailableError
 from coach_stream.orchestrators.progress import RunProgress
 from coach_stream.orchestrators.spec import LaunchSettings
 from coach_stream.orchestrators.state import RunRecord, RunState
+
+if TYPE_CHECKING:
+    from coach_stream.config import Preset
 
 UpdateCallback = Callable[[RunProgress, RunRecord], None]
 
@@ -119,13 +122,7 @@ def prepare_topics(settings: LaunchSettings, experience_retention: str = "foreve
     )
 
 
-def validate_launch(
-    settings: LaunchSettings,
-    env_id: str,
-    timeout_s: float = 5.0,
-    env_wrappers: Sequence[str] = (),
-    algorithm: str | None = None,
-) -> None:
+def validate_launch(settings: LaunchSettings, preset: Preset, timeout_s: float = 5.0) -> None:
     """Refuse a launch that could only fail, before it creates anything: a ``ConfigError``.
 
     Checked: the environment can be made (and has the spaces the algorithms support), the
@@ -133,7 +130,7 @@ def validate_launch(
     bucket exists) and holds no object of this run id. A run id reused after a finished
     run would otherwise "finish" at once on that run's announcements, training nothing.
     """
-    check_env(env_id, env_wrappers, algorithm)
+    check_env(preset)
     try:
         check_kafka_run_free(settings, timeout_s)
         check_store_run_free(settings, timeout_s)
@@ -142,13 +139,16 @@ def validate_launch(
         raise ConfigError(str(error)) from None
 
 
-def check_env(env_id: str, env_wrappers: Sequence[str] = (), algorithm: str | None = None) -> None:
-    """``env_id`` (wrapped) can be made (its gymnasium extra is installed) and its spaces fit
-    ``algorithm``: DQN acts on discrete actions only, SAC on continuous (Box) ones only."""
+def check_env(preset: Preset) -> None:
+    """The preset's env (wrapped) can be made (its gymnasium extra is installed) and its
+    spaces fit the algorithm: DQN acts on discrete actions only, SAC on continuous (Box)
+    ones only; observations to normalise are not images."""
     from coach_stream.envs import probe_shape  # gymnasium: only when a launch needs it
 
-    shape = probe_shape(env_id, env_wrappers)
-    needs = {"dqn": False, "sac": True}.get(algorithm or "")
+    env_id, algorithm = preset.env_id, preset.algorithm
+    shape = probe_shape(env_id, preset.env_wrappers)
+    preset.check_normalizable(tuple(shape.obs_shape), str(shape.obs_dtype))
+    needs = {"dqn": False, "sac": True}.get(algorithm)
     if needs is not None and shape.continuous is not needs:
         has, other = ("continuous (Box)", "ppo or sac") if shape.continuous else ("discrete", "ppo")
         wanted = "continuous (Box)" if needs else "discrete"

@@ -75,7 +75,8 @@ def test_gaussian_ppo_log_prob_matches_the_actor() -> None:
     shape = probe_shape("Pendulum-v1")
     torch.manual_seed(0)
     net = GaussianActorCritic(shape, NetworkConfig(hidden_sizes=(8,)))
-    builder = builder_for(load_preset("pendulum-ppo", ["network.hidden_sizes=[8]"]))
+    raw = ["network.hidden_sizes=[8]", "normalize.observations=false", "normalize.rewards=false"]
+    builder = builder_for(load_preset("pendulum-ppo", raw))
     actor = builder.make_actor(shape, greedy=False, seed=3)
     actor.net.load_state_dict(net.state_dict())  # type: ignore[attr-defined]
     obs = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
