@@ -229,6 +229,11 @@ def train(
     gamma: float = typer.Option(0.99, "--gamma", min=0.0, max=1.0),
     cql_alpha: float = typer.Option(1.0, "--cql-alpha", min=0.0),
     seed: int = typer.Option(0, "--seed", min=0),
+    normalize: bool = typer.Option(
+        False,
+        "--normalize",
+        help="Standardise observations by the data's mean and variance; the policies carry them.",
+    ),
     publish_every: int = typer.Option(1_000, "--publish-every", min=1, help="Steps per version."),
     eval_episodes: int = typer.Option(10, "--eval-episodes", min=1),
     max_transitions: int = typer.Option(
@@ -262,6 +267,7 @@ def train(
             learning_rate=learning_rate,
             gamma=gamma,
             cql_alpha=cql_alpha,
+            normalize_observations=normalize,
         )
         with records_progress(f"train {algo}", steps, progress, unit="steps") as advance:
             result = run_offline(

@@ -33,6 +33,9 @@ class OfflineConfig:
     """CQL's conservative penalty weight (logsumexp Q minus the data's Q)."""
     target_update_every: int = 200
     network: NetworkConfig = field(default_factory=NetworkConfig)
+    normalize_observations: bool = False
+    """Standardise observations by the dataset's mean and variance (clipped to 10); every
+    published version carries them, so the evaluator and workers act through them."""
 
 
 class OfflineAlgorithm(Protocol):

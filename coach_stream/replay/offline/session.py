@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+import torch
+
 from coach_stream.checkpoints import open_store, policy_to_bytes
 from coach_stream.config import DQNConfig
 from coach_stream.control.announcer import Announcer
@@ -14,7 +16,7 @@ from coach_stream.control.policy_source import CheckpointPolicySource
 from coach_stream.core import Actor, EvaluationReport
 from coach_stream.envs import EnvShape, make_vector_env, probe_shape
 from coach_stream.events import JsonLines
-from coach_stream.replay.offline import OfflineAlgorithm, OfflineConfig
+from coach_stream.replay.offline import OfflineConfig
 from coach_stream.replay.offline.train import Dataset, train_offline
 from coach_stream.rollout.evaluator import Evaluator
 from coach_stream.transport.admin import ensure_run_topics
@@ -26,10 +28,14 @@ def make_eval_actor(kind: str, shape: EnvShape, config: OfflineConfig, seed: int
     """The greedy actor that loads an offline policy (the evaluator's own actor classes)."""
     from coach_stream.policies.actors import DQNActor, PPOActor
     from coach_stream.policies.networks import ActorCritic, QNetwork
+    from coach_stream.policies.normalization import NormalizingActor
 
+    actor: Actor
     if kind == "ppo":
-        return PPOActor(ActorCritic(shape, config.network), greedy=True, seed=seed)
-    return DQNActor(QNetwork(shape, config.network), DQNConfig(), greedy=True, seed=seed)
+        actor = PPOActor(ActorCritic(shape, config.network), greedy=True, seed=seed)
+    else:
+        actor = DQNActor(QNetwork(shape, config.network), DQNConfig(), greedy=True, seed=seed)
+    return NormalizingActor(actor) if config.normalize_observations else actor
 
 
 def run_offline(
@@ -56,9 +62,9 @@ def run_offline(
     with store, KafkaControlPublisher(settings, topics) as publisher:
         announcer = Announcer(store, publisher, run_id)
 
-        def publish(step: int, algorithm: OfflineAlgorithm) -> None:
+        def publish(step: int, policy_state: dict[str, torch.Tensor]) -> None:
             version = announcer.publish_policy(
-                policy_to_bytes(algorithm.policy_state()), trainer_step=step, env_steps=len(data)
+                policy_to_bytes(policy_state), trainer_step=step, env_steps=len(data)
             )
             events("policy", {"version": version.version, "step": step, "uri": version.uri})
 

@@ -26,6 +26,7 @@ import torch
 
 from coach_stream.envs import EnvShape
 from coach_stream.errors import ConfigError
+from coach_stream.policies.normalization import RunningMeanStd, Statistics
 from coach_stream.replay.offline import OfflineAlgorithm, OfflineConfig, make_algorithm
 from coach_stream.replay.reader import ReplayReader
 
@@ -88,6 +89,13 @@ def weights_digest(state: dict[str, torch.Tensor]) -> str:
     return digest.hexdigest()
 
 
+def dataset_statistics(data: Dataset) -> Statistics:
+    """The dataset's observation mean and variance, as a policy version carries them."""
+    rms = RunningMeanStd(tuple(data.obs.shape[1:]))
+    rms.update(data.obs)
+    return Statistics(rms.mean, rms.var, None, 10.0, 10.0, 1e-8)
+
+
 def train_offline(
     data: Dataset,
     algo: str,
@@ -95,11 +103,13 @@ def train_offline(
     config: OfflineConfig,
     seed: int,
     publish_every: int,
-    publish: Callable[[int, OfflineAlgorithm], None],
+    publish: Callable[[int, dict[str, torch.Tensor]], None],
     on_step: Callable[[int], None] | None = None,
 ) -> tuple[OfflineAlgorithm, OfflineResult]:
-    """``config.steps`` gradient steps; ``publish(step, algorithm)`` every ``publish_every``;
-    ``on_step(1)`` after each step (a progress bar)."""
+    """``config.steps`` gradient steps; ``publish(step, policy_state_dict)`` every
+    ``publish_every``; ``on_step(1)`` after each step (a progress bar). With
+    ``config.normalize_observations`` the policy learns on standardised observations and
+    its state_dict carries the statistics (``policies.normalization``)."""
     if data.obs.shape[1:] != shape.obs_shape:
         raise ConfigError(
             f"The data's observations have shape {data.obs.shape[1:]}, the environment's "
@@ -115,9 +125,12 @@ def train_offline(
     torch.manual_seed(seed)
     algorithm = make_algorithm(algo, shape, config)
     generator = torch.Generator().manual_seed(seed)
+    statistics = dataset_statistics(data) if config.normalize_observations else None
+    extra = statistics.to_tensors() if statistics is not None else {}
+    see = statistics.observations if statistics is not None else (lambda obs: obs)
     tensors = {
-        "obs": torch.as_tensor(data.obs, dtype=torch.float32),
-        "next_obs": torch.as_tensor(data.next_obs, dtype=torch.float32),
+        "obs": torch.as_tensor(see(data.obs), dtype=torch.float32),
+        "next_obs": torch.as_tensor(see(data.next_obs), dtype=torch.float32),
         "actions": torch.as_tensor(data.actions, dtype=torch.int64),
         "rewards": torch.as_tensor(data.rewards, dtype=torch.float32),
         "terminated": torch.as_tensor(data.terminated, dtype=torch.float32),
@@ -131,7 +144,7 @@ def train_offline(
             batches.update(batch[name].numpy().tobytes())
         metrics = algorithm.update(batch)
         if step % publish_every == 0 or step == config.steps:
-            publish(step, algorithm)
+            publish(step, {**algorithm.policy_state(), **extra})
         if on_step is not None:
             on_step(1)
     result = OfflineResult(
