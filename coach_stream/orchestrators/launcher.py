@@ -22,6 +22,7 @@ whatever is left, so no process outlives the run it belonged to.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import time
@@ -38,6 +39,8 @@ from coach_stream.orchestrators.state import RunRecord, RunState
 
 if TYPE_CHECKING:
     from coach_stream.config import Preset
+
+log = logging.getLogger(__name__)
 
 UpdateCallback = Callable[[RunProgress, RunRecord], None]
 
@@ -285,6 +288,32 @@ def discard_launch(
         shutil.rmtree(state_dir / "runs" / settings.run_id, ignore_errors=True)
 
 
+class _Outage:
+    """How long the run's telemetry has been unreadable, and whether that is still a blip."""
+
+    def __init__(self, limit_s: float) -> None:
+        self.limit_s = limit_s
+        self.since: float | None = None
+
+    def lines(self, follower: TaskLines) -> list[tuple[str, str]]:
+        try:
+            lines = follower.poll()
+        except ServiceUnavailableError as error:
+            now = time.monotonic()
+            if self.since is None:
+                self.since = now
+                log.warning(
+                    "run telemetry unreadable (%s); asking again for %g s", error, self.limit_s
+                )
+            if now - self.since > self.limit_s:
+                raise
+            return []
+        if self.since is not None:
+            log.warning("run telemetry readable again after %.1f s", time.monotonic() - self.since)
+            self.since = None
+        return lines
+
+
 def follow(
     orchestrator: FollowableOrchestrator,
     run_id: str,
@@ -293,16 +322,24 @@ def follow(
     on_update: UpdateCallback | None = None,
     timeout_s: float | None = None,
     poll_s: float = 0.5,
+    outage_s: float = 120.0,
 ) -> RunOutcome:
-    """Follow a submitted run until it ends; the run is fully stopped when this returns."""
+    """Follow a submitted run until it ends; the run is fully stopped when this returns.
+
+    The run's tasks ride through a broker restart, so its follower does too: telemetry
+    that cannot be read is asked again each ``poll_s`` (the tasks' states still come from
+    the orchestrator) and only an outage longer than ``outage_s`` ends the follow with the
+    ``ServiceUnavailableError`` (and stops the run, as any failure of a foreground launch).
+    """
     started = time.monotonic()
     follower = orchestrator.task_lines(run_id)
     progress = RunProgress(eval_episodes=eval_episodes)
     ended_at: float | None = None
     timed_out = False
+    outage = _Outage(outage_s)
     try:
         while True:
-            for task, line in follower.poll():
+            for task, line in outage.lines(follower):
                 progress.feed(task, line)
             record = orchestrator.record(run_id)
             if on_update is not None:
@@ -321,7 +358,7 @@ def follow(
                 orchestrator.wait(run_id, timeout=config.linger_s + config.stop_grace_s + 10.0)
     finally:
         orchestrator.stop(run_id)
-    for task, line in follower.poll():
+    for task, line in outage.lines(follower):
         progress.feed(task, line)
     record = orchestrator.record(run_id)
     if on_update is not None:

@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from coach_stream.core import RunSpec, TaskSpec, TaskState
-from coach_stream.errors import OrchestratorError
+from coach_stream.errors import OrchestratorError, ServiceUnavailableError
 from coach_stream.orchestrators import LocalOrchestrator, RunState, SupervisorConfig
 from coach_stream.orchestrators.launcher import follow
 from coach_stream.orchestrators.supervisor import last_error_line
@@ -119,3 +119,53 @@ def test_last_error_line_skips_supervisor_notes(tmp_path: Path) -> None:
     log.write_text("# coach-stream x: start\n")
     assert last_error_line(log) == "(it printed nothing)"
     assert last_error_line(tmp_path / "missing.log") == "(no log)"
+
+
+class _Blinking:
+    """An orchestrator whose telemetry cannot be read for the first ``outages`` polls, as
+    while the broker restarts; everything else is the local orchestrator's."""
+
+    def __init__(self, inner: LocalOrchestrator, outages: int, over: Path | None = None) -> None:
+        self.inner, self.outages, self.polls, self.over = inner, outages, 0, over
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    def task_lines(self, run_id: str) -> object:
+        lines, blinking = self.inner.task_lines(run_id), self
+
+        class Follower:
+            def poll(self) -> list[tuple[str, str]]:
+                blinking.polls += 1
+                if blinking.polls <= blinking.outages:
+                    raise ServiceUnavailableError("Kafka did not answer (a restart)")
+                if blinking.over is not None:
+                    blinking.over.touch()  # the run ends only once telemetry is read again
+                return lines.poll()
+
+            def close(self) -> None:
+                lines.close()
+
+        return Follower()
+
+
+def test_following_rides_through_a_telemetry_outage(
+    orchestrator: LocalOrchestrator, tmp_path: Path
+) -> None:
+    over = tmp_path / "outage-over"
+    trainer = f"import os, time\nwhile not os.path.exists({str(over)!r}): time.sleep(0.01)"
+    orchestrator.submit(run_of("d6", trainer, worker=trainer))
+    blinking = _Blinking(orchestrator, outages=3, over=over)
+    outcome = follow(blinking, "d6", poll_s=0.05)  # type: ignore[arg-type]
+    assert blinking.polls > 3  # read again after the outage, then the run ended
+    assert outcome.state is RunState.COMPLETE and outcome.failure is None
+
+
+def test_an_outage_longer_than_the_limit_ends_the_follow_and_stops_the_run(
+    orchestrator: LocalOrchestrator,
+) -> None:
+    orchestrator.submit(run_of("d7", SLEEP))
+    blinking = _Blinking(orchestrator, outages=10**6)
+    with pytest.raises(ServiceUnavailableError, match="a restart"):
+        follow(blinking, "d7", poll_s=0.05, outage_s=0.3)  # type: ignore[arg-type]
+    assert orchestrator.record("d7").state.terminal  # a failed foreground launch stops its run
