@@ -34,6 +34,9 @@ COMMAND_MODULES: dict[str, str] = {
     "rollout": "coach_stream.cli.rollout",
     "replay": "coach_stream.cli.replay",
     "report": "coach_stream.cli.report",
+    "play": "coach_stream.cli.after",
+    "export-policy": "coach_stream.cli.after",
+    "versions": "coach_stream.cli.after",
 }
 """Which module registers each top-level command (a module may register several)."""
 

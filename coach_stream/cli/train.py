@@ -117,6 +117,9 @@ def train(
                     "mode": config.mode.value,
                     "target_return": config.target_return,
                     "env_step_budget": config.env_step_budget,
+                    # the whole validated preset: `play` and `export-policy` rebuild the
+                    # run's networks and wrappers from it, wherever the run was launched
+                    "preset_config": config.model_dump(mode="json"),
                 },
             )
             if endpoint is not None:

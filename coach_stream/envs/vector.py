@@ -117,6 +117,23 @@ def make_vector_env(env_id: str, num_envs: int, wrappers: Sequence[str] = ()) ->
         ) from error
 
 
+def make_env(env_id: str, wrappers: Sequence[str] = (), render: bool = False) -> gym.Env[Any, Any]:
+    """One env as a worker's sub-env is made (the preset's wrappers, Box actions clipped),
+    for watching a policy; ``render``: ``rgb_array`` frames from ``env.render()``."""
+    import_env_package(env_id)
+    kwargs = {**make_kwargs(wrappers), **({"render_mode": "rgb_array"} if render else {})}
+    try:
+        env = gym.make(env_id, **kwargs)
+    except gym.error.Error as error:
+        raise ConfigError(
+            f"Cannot create environment {env_id!r} ({error}); check env_id and that its "
+            "gymnasium extra (e.g. gymnasium[box2d]) is installed."
+        ) from error
+    for wrap in wrapper_fns(wrappers):
+        env = wrap(env)
+    return _clip_box_actions(env)
+
+
 def env_shape(envs: VectorEnv) -> EnvShape:
     """The observation shape and the (discrete or Box) actions of one sub-environment."""
     obs_space, action_space = envs.single_observation_space, envs.single_action_space
