@@ -141,6 +141,7 @@ def play(
         check_writable_dir(video.parent, "--video")
         if video.is_dir():
             raise ConfigError(f"--video {video} is a directory; give the file's path.")
+        video.parent.mkdir(parents=True, exist_ok=True)
     _, history = _open_run(kafka, run_id)
     policy, _ = _policy(history, version, gcs_emulator)
     config, _, actor = _greedy_actor(history, policy, preset, overrides)
@@ -187,6 +188,7 @@ def export_policy(
     check_writable_dir(out.parent, "--out")
     if out.is_dir():
         raise ConfigError(f"--out {out} is a directory; give the file's path.")
+    out.parent.mkdir(parents=True, exist_ok=True)
     _, history = _open_run(kafka, run_id)
     policy, _ = _policy(history, version, gcs_emulator)
     _, shape, actor = _greedy_actor(history, policy, preset, overrides)
