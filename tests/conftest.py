@@ -33,6 +33,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # Python's own handler here makes the children start with SIGINT's default again.
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # MuJoCo picks its OpenGL when first imported; without an X display only EGL renders
+    # (what `coach-stream play --video` sets for itself). Set before any test imports it.
+    if not os.environ.get("DISPLAY"):
+        os.environ.setdefault("MUJOCO_GL", "egl")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

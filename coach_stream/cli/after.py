@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import json
+import os
 import warnings
 from datetime import UTC, datetime
 from pathlib import Path
@@ -142,6 +143,10 @@ def play(
         if video.is_dir():
             raise ConfigError(f"--video {video} is a directory; give the file's path.")
         video.parent.mkdir(parents=True, exist_ok=True)
+        if not os.environ.get("DISPLAY"):
+            # MuJoCo renders through GLFW by default, which needs an X display; EGL
+            # renders headless (a server, CI). An explicit MUJOCO_GL is kept.
+            os.environ.setdefault("MUJOCO_GL", "egl")
     _, history = _open_run(kafka, run_id)
     policy, _ = _policy(history, version, gcs_emulator)
     config, _, actor = _greedy_actor(history, policy, preset, overrides)

@@ -48,9 +48,8 @@ def play(
 ) -> list[float]:
     """``episodes`` greedy episodes (seeds ``seed``, ``seed + 1``, ...); their returns."""
     env = make_env(env_id, wrappers, render=frames is not None)
-    if frames is not None and env.render_mode != "rgb_array":
-        env.close()
-        raise ConfigError(f"{env_id} cannot render rgb_array frames; play it without --video.")
+    if frames is not None:
+        _check_renders(env, env_id)
     returns = []
     try:
         for episode in range(episodes):
@@ -71,6 +70,21 @@ def play(
     finally:
         env.close()
     return returns
+
+
+def _check_renders(env: Any, env_id: str) -> None:
+    """The env gives ``rgb_array`` frames here (MuJoCo needs an OpenGL it can load)."""
+    try:
+        if env.render_mode != "rgb_array":
+            raise ConfigError(f"{env_id} has no rgb_array render mode")
+        env.reset(seed=0)
+        env.render()
+    except Exception as error:
+        env.close()
+        raise ConfigError(
+            f"{env_id} cannot render frames here ({str(error)[:160]}); play it without "
+            "--video, or for MuJoCo set MUJOCO_GL to egl or osmesa."
+        ) from None
 
 
 def render_fps(env_id: str, wrappers: tuple[str, ...]) -> int:
