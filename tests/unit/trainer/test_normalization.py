@@ -242,7 +242,9 @@ def test_in_a_run_workers_act_on_their_versions_statistics_and_a_loaded_policy_a
 ) -> None:
     from coach_stream.algorithms import builder_for
 
-    preset = load_preset("pendulum-ppo", [*OVERRIDES, "env_step_budget=6144", "rollout.num_envs=2"])
+    # 2 workers x 2 envs x 256 steps = 1,024 env steps per version: 6 versions of budget
+    small = ["env_step_budget=6144", "rollout.num_envs=2", "ppo.num_steps=256"]
+    preset = load_preset("pendulum-ppo", [*OVERRIDES, *small])
     run = in_process_run(preset, workers=2)
     run.start()
     for _ in range(3):
