@@ -1,9 +1,11 @@
 """After training, on a real run: ``versions``, ``play`` (and its video), ``export-policy``
 (ONNX, TorchScript) and their one-line refusals.
 
-One cartpole-ppo run trains (to a near-perfect 499 over 20 greedy episodes, so that the
-exported policy's average on other seeds is not luck) and every test reads it back from
-its topics and its checkpoint directory, as a user would after the run ended.
+One cartpole-ppo run trains to rl-zoo's 100k env steps (its target out of reach, so it
+does not stop at the first evaluation round that passes 475: the learning rate has annealed
+to its floor by then, and 5 of 5 seeds' last evaluation returned 500, docs/benchmarks.md;
+a run stopped at its first 499 round once averaged 360 on other seeds) and every test reads
+it back from its topics and its checkpoint directory, as a user would after the run ended.
 """
 
 from __future__ import annotations
@@ -66,9 +68,10 @@ def trained(tmp_path_factory: pytest.TempPathFactory, services: Services) -> Ite
     try:
         done = run.ws.launch(
             "cartpole-ppo", "--run-id", run.run_id, "--kafka", services.kafka,
-            "--checkpoints", str(run.checkpoints), "--set", "target_return=499",
+            "--checkpoints", str(run.checkpoints), "--set", "target_return=1e12",
+            "--set", "env_step_budget=100000",
         )  # fmt: skip
-        assert done.code == 0, done.stderr[-2000:]
+        assert done.code == 1 and "budget_exhausted" in done.stdout, done.stderr[-2000:]
         yield run
     finally:
         kafka = KafkaSettings(bootstrap_servers=services.kafka)
@@ -89,7 +92,7 @@ def test_versions_lists_every_announced_version_and_what_retention_kept(trained:
     assert on_disk == [f"{v:08d}.pt" for v in stored]
     assert stored == [r["version"] for r in rows][-5:]  # keep_policies: 5, the newest
     evaluated = [r for r in rows if r["eval_mean_return"] is not None]
-    assert evaluated and max(float(r["eval_mean_return"]) for r in evaluated) >= 499  # type: ignore[arg-type]
+    assert evaluated and max(float(r["eval_mean_return"]) for r in evaluated) >= 475  # type: ignore[arg-type]
     assert all(len(str(r["sha256"])) == 64 and str(r["uri"]).endswith(".pt") for r in rows)
     table = trained.cli("versions", trained.run_id)
     assert table.code == 0 and "no (retention)" in table.stdout and "yes" in table.stdout
