@@ -284,6 +284,11 @@ def discard_launch(
     with contextlib.suppress(Exception), _run_store(settings, timeout_s) as store:
         for key in _run_objects(store, settings.run_id):
             store.delete(key)
+        root = getattr(store, "root", None)
+        if isinstance(root, Path):
+            # A local store: a task stopped in the middle of a write leaves its hidden
+            # temporary file, which no listing shows; the run's directory goes whole.
+            shutil.rmtree(root / "runs" / settings.run_id, ignore_errors=True)
     if state_dir is not None:
         shutil.rmtree(state_dir / "runs" / settings.run_id, ignore_errors=True)
 
