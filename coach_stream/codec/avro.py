@@ -19,6 +19,10 @@ from coach_stream.errors import DecodeError, EncodeError
 
 MAGIC = b"\xc3\x01"
 HEADER_SIZE = 10
+AVRO_INT_LIMIT = 2**31
+"""Avro ``int`` is 32-bit: ``-AVRO_INT_LIMIT <= n < AVRO_INT_LIMIT``."""
+AVRO_LONG_LIMIT = 2**63
+"""Avro ``long`` is 64-bit."""
 
 
 class SingleObjectCodec:

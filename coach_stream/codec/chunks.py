@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from coach_stream.codec import tensors
-from coach_stream.codec.avro import MAGIC, SingleObjectCodec
+from coach_stream.codec.avro import AVRO_INT_LIMIT, AVRO_LONG_LIMIT, MAGIC, SingleObjectCodec
 from coach_stream.codec.fastpath import V1_FINGERPRINT, ChunkReaderV1, ChunkWriterV1
 from coach_stream.codec.registry import SchemaRegistry, SchemaVersion
 from coach_stream.core import ExperienceChunk
@@ -26,8 +26,15 @@ from coach_stream.errors import CoachStreamError, DecodeError, EncodeError, Inva
 CHUNK_SCHEMA = "io.coachstream.ExperienceChunk"
 _ARRAYS = ("observations", "actions", "rewards", "terminated", "truncated")
 _OPTIONAL_ARRAYS = ("log_probs", "values")
-_LIMITS = {"worker_id": 2**31, "env_index": 2**31}  # Avro int; the rest are long
-_INT_FIELDS = ("worker_id", "env_index", "chunk_seq", "policy_version", "first_step")
+FIELD_LIMITS = {
+    "worker_id": AVRO_INT_LIMIT,
+    "env_index": AVRO_INT_LIMIT,
+    "chunk_seq": AVRO_LONG_LIMIT,
+    "policy_version": AVRO_LONG_LIMIT,
+    "first_step": AVRO_LONG_LIMIT,
+}
+"""A chunk's integer fields and their wire limits: each is in ``0..limit - 1`` (Avro int or
+long); every decoder of the codec (``fastpath``, ``columnar``) checks these."""
 
 
 def check_chunk(chunk: ExperienceChunk, error: type[CoachStreamError]) -> None:
@@ -42,9 +49,9 @@ def check_chunk(chunk: ExperienceChunk, error: type[CoachStreamError]) -> None:
 
     if steps < 0:
         fail(f"rewards must have shape (T,), got {chunk.rewards.shape}")
-    for name in _INT_FIELDS:
-        if not 0 <= getattr(chunk, name) < _LIMITS.get(name, 2**63):
-            fail(f"{name} is {getattr(chunk, name)}, outside 0..{_LIMITS.get(name, 2**63) - 1}")
+    for name, limit in FIELD_LIMITS.items():
+        if not 0 <= getattr(chunk, name) < limit:
+            fail(f"{name} is {getattr(chunk, name)}, outside 0..{limit - 1}")
     expected: list[tuple[str, npt.NDArray[Any] | None, int, np.dtype[Any] | None]] = [
         ("observations", chunk.observations, steps + 1, None),
         ("actions", chunk.actions, steps, None),

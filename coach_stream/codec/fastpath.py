@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from coach_stream.codec.avro import AVRO_INT_LIMIT, AVRO_LONG_LIMIT
 from coach_stream.codec.tensors import DTYPES, MAX_NDIM
 from coach_stream.core import ExperienceChunk
 from coach_stream.errors import EncodeError
@@ -34,7 +35,7 @@ _DOUBLE = struct.Struct("<d").pack
 _NAMES = {dtype: name for name, dtype in DTYPES.items()} | {
     dtype.newbyteorder(">"): name for name, dtype in DTYPES.items() if dtype.itemsize > 1
 }
-_INT64 = (-(2**63), 2**63 - 1)
+_INT64 = (-AVRO_LONG_LIMIT, AVRO_LONG_LIMIT - 1)
 
 
 def varint(n: int) -> bytes:
@@ -239,7 +240,7 @@ class ChunkReaderV1:
         elif branch != 0:
             raise UnusualRecordError("union branch")
         created_at_ms, pos = _long(buf, pos)
-        avro_int = range(-(2**31), 2**31)
+        avro_int = range(-AVRO_INT_LIMIT, AVRO_INT_LIMIT)
         if pos != len(buf) or worker_id not in avro_int or env_index not in avro_int:
             raise UnusualRecordError("trailing bytes or int range")
         return ExperienceChunk(

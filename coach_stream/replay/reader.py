@@ -31,17 +31,17 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from coach_stream.codec import ChunkCodec, SchemaRegistry, default_registry
 from coach_stream.codec.avro import HEADER_SIZE
-from coach_stream.codec.fastpath import V1_FINGERPRINT
-from coach_stream.core import ClosingContext, ExperienceChunk
-from coach_stream.errors import ConfigError, DecodeError, ServiceUnavailableError
-from coach_stream.replay.columnar import (
+from coach_stream.codec.columnar import decode_columns
+from coach_stream.codec.columns import (
     ChunkColumns,
     concat_columns,
-    decode_columns,
     empty_columns,
     from_chunks,
     split_columns,
 )
+from coach_stream.codec.fastpath import V1_FINGERPRINT
+from coach_stream.core import ClosingContext, ExperienceChunk
+from coach_stream.errors import ConfigError, DecodeError, ServiceUnavailableError
 from coach_stream.replay.range import EARLIEST, LATEST, Bound
 from coach_stream.transport import clients
 from coach_stream.transport.admin import unreachable

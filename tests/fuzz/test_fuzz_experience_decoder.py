@@ -19,10 +19,11 @@ from hypothesis import strategies as st
 
 from coach_stream.codec import ChunkCodec, ChunkSpec, decode_chunk, default_registry, encode_chunk
 from coach_stream.codec.chunks import CHUNK_SCHEMA
+from coach_stream.codec.columnar import decode_columns
+from coach_stream.codec.columns import ChunkColumns, from_chunks
 from coach_stream.codec.fastpath import varint
 from coach_stream.core import ExperienceChunk
 from coach_stream.errors import DecodeError, InvalidChunkError
-from coach_stream.replay.columnar import ChunkColumns, decode_columns, from_chunks
 from coach_stream.testing.chunks import make_chunk
 from coach_stream.transport import tail
 from coach_stream.transport.reader import KafkaExperienceReader

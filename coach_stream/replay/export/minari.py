@@ -17,8 +17,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from coach_stream.codec.columns import ChunkColumns
 from coach_stream.errors import ConfigError
-from coach_stream.replay.columnar import ChunkColumns
 from coach_stream.replay.reader import ChunkBatch
 
 _FLUSH = 64  # episodes per update_episodes call

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from coach_stream.codec import decode_chunk, encode_chunk
+from coach_stream.codec.columnar import decode_columns
+from coach_stream.codec.columns import ChunkColumns, from_chunks, split_columns
 from coach_stream.core import ExperienceChunk
 from coach_stream.errors import DecodeError
-from coach_stream.replay.columnar import ChunkColumns, decode_columns, from_chunks, split_columns
 from coach_stream.testing.chunks import make_chunk
 
 
