@@ -185,7 +185,7 @@ def main() -> int:
     settings = KafkaSettings(bootstrap_servers=servers)
     records = 10_000 if args.quick else 120_000
     baseline_records = 1_000 if args.quick else 10_000
-    topics = RunTopics.for_run(f"bench-replay-{uuid.uuid4().hex[:8]}", settings.topic_prefix)
+    topics = RunTopics.for_run(f"bench-replay-{uuid.uuid4().hex[:8]}")
     ensure_run_topics(settings, topics, PARTITIONS)
     try:
         produce(settings, topics.experience, records)

@@ -63,7 +63,7 @@ class ExportFormat(enum.StrEnum):
 def _open_run(kafka: str | None, run_id: str) -> tuple[KafkaSettings, RunHistory]:
     """The run's history from its topics; one line when the broker or the run is missing."""
     settings = kafka_settings(kafka or LocalStack(default_cache_dir()).kafka_bootstrap())
-    topics = RunTopics.for_run(run_id, settings.topic_prefix)
+    topics = RunTopics.for_run(run_id)
     if topics.control not in check_broker(settings, timeout=10.0).topics:  # unreachable: exit 3
         raise ConfigError(
             f"No run {run_id!r} on the broker at {settings.bootstrap_servers} (no "

@@ -90,7 +90,7 @@ def _reader(
     settings = _settings(kafka)
     return ReplayReader(
         settings,
-        resolve_topic(source, settings.topic_prefix),
+        resolve_topic(source),
         start=parse_bound(start, "--from"),
         end=parse_bound(end, "--to"),
         registry=_registry(schemas),
@@ -98,7 +98,7 @@ def _reader(
     )
 
 
-def _dead_letter_topic(topic: str, prefix: str) -> str | None:
+def _dead_letter_topic(topic: str) -> str | None:
     if topic.endswith(".experience"):
         return topic.removesuffix(".experience") + ".dead-letter"
     return None
@@ -132,9 +132,7 @@ def inspect(
         records_progress("inspect", reader.total_records, progress) as advance,
     ):
         reader.on_records = advance
-        report = run_inspect(
-            reader, _dead_letter_topic(reader.topic, reader.settings.topic_prefix)
-        ).to_json()
+        report = run_inspect(reader, _dead_letter_topic(reader.topic)).to_json()
     if as_json:
         typer.echo(json.dumps(report))
         return

@@ -22,6 +22,7 @@ from coach_stream.errors import ConfigError
 from coach_stream.observability.report import RunReport
 from coach_stream.stack import LocalStack, default_cache_dir
 from coach_stream.transport.admin import check_broker
+from coach_stream.transport.names import consumer_group
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 
 OutOption = typer.Option(
@@ -37,7 +38,7 @@ def _settings(kafka: str | None) -> KafkaSettings:
 
 def _check_run(settings: KafkaSettings, run_id: str) -> RunTopics:
     """The run's topics, once the broker answered that it has them (one line otherwise)."""
-    topics = RunTopics.for_run(run_id, settings.topic_prefix)
+    topics = RunTopics.for_run(run_id)
     present = set(check_broker(settings, timeout=_BROKER_S).topics)  # unreachable: exit 3
     if topics.control not in present and topics.telemetry not in present:
         raise ConfigError(
@@ -88,7 +89,7 @@ def read_report(
         with KafkaControlSubscriber(settings, topics) as control:
             for message in control.read_to_end(_READ_S):
                 report.feed_control(message)
-        with BrokerProbe(settings, topics, f"{settings.topic_prefix}.report") as probe:
+        with BrokerProbe(settings, topics, consumer_group("report")) as probe:
             report.dead_letters = probe.figures().dead_letters
     if not experience or not report.needs_chunks:
         return report

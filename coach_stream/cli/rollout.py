@@ -79,7 +79,7 @@ def rollout(
     config = load_run_preset(preset, seed, overrides)
     yield_cpu(config.rollout.niceness)
     settings = kafka_settings(kafka)
-    topics = RunTopics.for_run(run_id, settings.topic_prefix)
+    topics = RunTopics.for_run(run_id)
     process = RolloutProcess(
         config,
         run_id,

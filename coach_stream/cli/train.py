@@ -18,29 +18,21 @@ import typer
 
 from coach_stream.algorithms import builder_for, chunk_spec
 from coach_stream.checkpoints import open_store
+from coach_stream.cli import options as opt
 from coach_stream.cli.kafka_env import kafka_settings
-from coach_stream.cli.options import (
-    CheckpointsOption,
-    GcsEmulatorOption,
-    KafkaOption,
-    PresetOption,
-    RunIdOption,
-    SeedOption,
-    SetOption,
-    checkpoint_url,
-    load_run_preset,
-)
+from coach_stream.config import Preset
 from coach_stream.core import EventSink
 from coach_stream.envs import SeedRole, probe_shape, process_seed
 from coach_stream.events import JsonLines
-from coach_stream.observability.prometheus import metrics_endpoint
-from coach_stream.replay.retention import parse_retention
+from coach_stream.observability.prometheus import MetricsEndpoint, metrics_endpoint
 from coach_stream.trainer.device import resolve_device
 from coach_stream.trainer.loop import Trainer
 from coach_stream.transport.admin import ensure_run_topics
 from coach_stream.transport.control import KafkaControlPublisher, KafkaControlSubscriber
+from coach_stream.transport.names import trainer_group
 from coach_stream.transport.reader import KafkaExperienceReader
-from coach_stream.transport.settings import RunTopics
+from coach_stream.transport.retention import parse_retention
+from coach_stream.transport.settings import KafkaSettings, RunTopics
 from coach_stream.transport.telemetry import STARTED, TelemetrySink, fan_out
 
 
@@ -53,14 +45,14 @@ def setup_process() -> None:
 
 
 def train(
-    preset: str = PresetOption,
-    run_id: str = RunIdOption,
-    kafka: str | None = KafkaOption,
-    checkpoints: str | None = CheckpointsOption,
-    gcs_emulator: str | None = GcsEmulatorOption,
+    preset: str = opt.PresetOption,
+    run_id: str = opt.RunIdOption,
+    kafka: str | None = opt.KafkaOption,
+    checkpoints: str | None = opt.CheckpointsOption,
+    gcs_emulator: str | None = opt.GcsEmulatorOption,
     workers: int = typer.Option(2, "--workers", min=1, help="Rollout workers of the run."),
-    seed: int | None = SeedOption,
-    overrides: list[str] = SetOption,
+    seed: int | None = opt.SeedOption,
+    overrides: list[str] = opt.SetOption,
     device: str | None = typer.Option(
         None,
         "--device",
@@ -71,59 +63,29 @@ def train(
     """Train a preset: read experience, learn, announce policy versions, end the run."""
     setup_process()
     device_override = [] if device is None else [f"trainer.device={device}"]
-    config = load_run_preset(preset, seed, [*overrides, *device_override])
+    config = opt.load_run_preset(preset, seed, [*overrides, *device_override])
     resolve_device(config.trainer.device)  # a missing GPU is reported before anything starts
     settings = kafka_settings(kafka)
-    topics = RunTopics.for_run(run_id, settings.topic_prefix)
+    topics = RunTopics.for_run(run_id)
     # The publisher's client before anything else: its connection to the broker comes up
     # while the topics are ensured and the rest is built, so version 0 (which every worker
     # waits for) goes out without waiting for it, or for a producer id that missed it
     # (librdkafka then asks again only after a fixed 500 ms; see KafkaRecordProducer.connect).
     with KafkaControlPublisher(settings, topics) as publisher:
-        retention = parse_retention(config.experience_retention)
-        ensure_run_topics(
-            settings,
-            topics,
-            experience_partitions=workers,
-            experience_retention_ms=retention.ms,
-            experience_retention_bytes=retention.bytes,
-        )
-        store = open_store(checkpoint_url(checkpoints), gcs_emulator_host=gcs_emulator)
-        group = f"{settings.topic_prefix}.{run_id}.trainer"
+        _ensure_topics(settings, topics, config, workers)
+        store = open_store(opt.checkpoint_url(checkpoints), gcs_emulator_host=gcs_emulator)
         shape = probe_shape(config.env_id, config.env_wrappers)
         # The trainer's door: a chunk that decodes but does not fit this run (another run, env
         # or action space) is dead-lettered with the reason instead of crashing the learner.
         spec = chunk_spec(config, run_id, shape)
         with (
             store,
-            KafkaExperienceReader(settings, topics, group, spec=spec) as reader,
+            KafkaExperienceReader(settings, topics, trainer_group(run_id), spec=spec) as reader,
             KafkaControlSubscriber(settings, topics) as control,
             TelemetrySink(settings, topics, run_id, "trainer") as telemetry,
             metrics_endpoint(config.metrics_port, run_id, "trainer") as endpoint,
         ):
-            # Events on stdout (the local orchestrator's logs), on the telemetry topic (what
-            # launch/status read, wherever this process runs) and, if asked for, on /metrics.
-            sinks: list[EventSink] = [JsonLines(sys.stdout, "trainer"), telemetry]
-            if endpoint is not None:
-                sinks.append(endpoint.exporter)
-            events = with_read_positions(fan_out(*sinks), reader)
-            telemetry(
-                STARTED,
-                {
-                    "workers": workers,
-                    "preset": config.name,
-                    "env_id": config.env_id,
-                    "algorithm": config.algorithm,
-                    "mode": config.mode.value,
-                    "target_return": config.target_return,
-                    "env_step_budget": config.env_step_budget,
-                    # the whole validated preset: `play` and `export-policy` rebuild the
-                    # run's networks and wrappers from it, wherever the run was launched
-                    "preset_config": config.model_dump(mode="json"),
-                },
-            )
-            if endpoint is not None:
-                events("metrics", endpoint.announcement())
+            events = _announce_start(config, workers, reader, telemetry, endpoint)
             # Metadata and producer id now: the client was made before the topics were
             # ensured, so its broker connection is up and this takes milliseconds.
             publisher.open()
@@ -132,17 +94,60 @@ def train(
             )
             builder = builder_for(config)
             learner = builder.make_learner(shape, workers, generator)
-            trainer = Trainer(
-                learner,
-                reader,
-                control,
-                publisher,
-                store,
-                builder.make_trainer_settings(run_id),
-                events,
-                generator,
-            )
-            trainer.run()
+            trainer_settings = builder.make_trainer_settings(run_id)
+            Trainer(
+                learner, reader, control, publisher, store, trainer_settings, events, generator
+            ).run()
+
+
+def _ensure_topics(
+    settings: KafkaSettings, topics: RunTopics, config: Preset, workers: int
+) -> None:
+    """The run's topics, one experience partition per worker, with the preset's retention."""
+    retention = parse_retention(config.experience_retention)
+    ensure_run_topics(
+        settings,
+        topics,
+        experience_partitions=workers,
+        experience_retention_ms=retention.ms,
+        experience_retention_bytes=retention.bytes,
+    )
+
+
+def _announce_start(
+    config: Preset,
+    workers: int,
+    reader: KafkaExperienceReader,
+    telemetry: TelemetrySink,
+    endpoint: MetricsEndpoint | None,
+) -> EventSink:
+    """The trainer's event sink, after telling it the run has started.
+
+    Events go on stdout (the local orchestrator's logs), on the telemetry topic (what
+    launch/status read, wherever this process runs) and, if asked for, on /metrics.
+    """
+    sinks: list[EventSink] = [JsonLines(sys.stdout, "trainer"), telemetry]
+    if endpoint is not None:
+        sinks.append(endpoint.exporter)
+    events = with_read_positions(fan_out(*sinks), reader)
+    telemetry(
+        STARTED,
+        {
+            "workers": workers,
+            "preset": config.name,
+            "env_id": config.env_id,
+            "algorithm": config.algorithm,
+            "mode": config.mode.value,
+            "target_return": config.target_return,
+            "env_step_budget": config.env_step_budget,
+            # the whole validated preset: `play` and `export-policy` rebuild the
+            # run's networks and wrappers from it, wherever the run was launched
+            "preset_config": config.model_dump(mode="json"),
+        },
+    )
+    if endpoint is not None:
+        events("metrics", endpoint.announcement())
+    return events
 
 
 def with_read_positions(sink: EventSink, reader: KafkaExperienceReader) -> EventSink:

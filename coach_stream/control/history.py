@@ -74,7 +74,7 @@ def read_history(settings: Any, run_id: str) -> RunHistory:
     from coach_stream.transport.settings import RunTopics
     from coach_stream.transport.telemetry import STARTED, TelemetryReader
 
-    topics = RunTopics.for_run(run_id, settings.topic_prefix)
+    topics = RunTopics.for_run(run_id)
     history = RunHistory(run_id)
     with KafkaControlSubscriber(settings, topics) as control:
         for message in control.read_to_end(_READ_S):

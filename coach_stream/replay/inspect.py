@@ -18,9 +18,10 @@ from confluent_kafka import KafkaException, TopicPartition
 
 from coach_stream.codec import SchemaRegistry
 from coach_stream.replay.reader import ChunkBatch, ReplayReader
-from coach_stream.replay.retention import describe_retention
 from coach_stream.transport import clients
 from coach_stream.transport.admin import unreachable
+from coach_stream.transport.names import consumer_group
+from coach_stream.transport.retention import describe_retention
 from coach_stream.transport.settings import KafkaSettings
 
 MAX_EPISODES_LISTED = 10_000
@@ -206,7 +207,7 @@ def inspect(reader: ReplayReader, dead_letter_topic: str | None) -> Inspection:
 
 def count_records(settings: KafkaSettings, topic: str, timeout: float) -> int:
     """Records a topic holds now (high minus low watermark, all partitions); 0 if absent."""
-    consumer = clients.consumer(settings, f"{settings.topic_prefix}.replay.count")
+    consumer = clients.consumer(settings, consumer_group("replay.count"))
     try:
         found = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
         if found is None or found.error is not None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from typing import Self
 
 from confluent_kafka import (
@@ -28,6 +27,7 @@ from coach_stream.core import ClosingContext, ControlMessage
 from coach_stream.errors import DecodeError, ServiceUnavailableError
 from coach_stream.transport import clients
 from coach_stream.transport.clients import FIRST_OFFSET
+from coach_stream.transport.names import consumer_group
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 from coach_stream.transport.writer import KafkaRecordProducer
 
@@ -81,7 +81,7 @@ class KafkaControlSubscriber(ClosingContext):
     def _client(self) -> Consumer:
         if self._consumer is None:
             # A private group id: nothing is committed, the id only satisfies librdkafka.
-            group = f"{self._settings.topic_prefix}.control-reader.{uuid.uuid4().hex}"
+            group = consumer_group("control-reader", private=True)
             consumer = clients.consumer(self._settings, group)
             consumer.assign([TopicPartition(self._topic, 0, FIRST_OFFSET)])
             self._consumer = consumer

@@ -1,4 +1,4 @@
-"""Kafka settings and a run's topic names; librdkafka's dotted keys exist only here.
+"""Kafka settings; librdkafka's dotted keys exist only here (topic names: ``names``).
 
 The rest of the code passes one frozen ``KafkaSettings`` around; the writer, reader and
 admin turn it into librdkafka dictionaries at the last moment, with the delivery
@@ -12,8 +12,6 @@ values exist only in the dictionaries handed to librdkafka.
 from __future__ import annotations
 
 import os
-import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -27,8 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from coach_stream.errors import ConfigError
-from coach_stream.runids import check_run_id
+from coach_stream.transport.names import TOPIC_PREFIX, RunTopics
 
 ConfigValue = str | int | float | bool
 _GUARANTEES = {
@@ -38,7 +35,6 @@ _GUARANTEES = {
     "enable.auto.offset.store",
     "partitioner",  # transport.tail finds a key's partition by recomputing it
 }
-_MAX_TOPIC = 249
 _CONNECTION_KEYS = ("security.", "sasl.", "ssl.", "socket.", "broker.", "client.")
 # Set only through KafkaSettings.security, where secrets are SecretStr and the combination
 # is validated; in ``extra`` they would show in every repr and bypass the checks.
@@ -175,7 +171,6 @@ class KafkaSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
     bootstrap_servers: str = Field(min_length=1)
-    topic_prefix: str = "coach-stream"
     client_id: str = "coach-stream"
     compression: Literal["lz4", "zstd", "snappy", "gzip", "none"] = "none"
     """Off by default: float observations do not compress (a CartPole chunk's 528 bytes of
@@ -198,12 +193,13 @@ class KafkaSettings(BaseModel):
     """Additional librdkafka settings; they cannot weaken the delivery guarantees, and
     security keys belong in ``security``."""
 
-    @field_validator("topic_prefix")
-    @classmethod
-    def _valid_prefix(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", value):
-            raise ValueError("topic_prefix may hold only letters, digits, '.', '_' and '-'")
-        return value
+    @property
+    def topic_prefix(self) -> str:
+        """Always ``names.TOPIC_PREFIX`` (not a setting; see ``transport/names.py``).
+
+        Read-only, kept for callers not yet moved to ``RunTopics.for_run(run_id)`` and
+        ``names.consumer_group``."""
+        return TOPIC_PREFIX
 
     @field_validator("extra")
     @classmethod
@@ -271,26 +267,4 @@ class KafkaSettings(BaseModel):
         return {**self._common(), **connection}
 
 
-@dataclass(frozen=True)
-class RunTopics:
-    """The topics of one run: ``<prefix>.<run_id>.experience|control|dead-letter|telemetry``."""
-
-    experience: str
-    control: str
-    dead_letter: str
-
-    @property
-    def telemetry(self) -> str:
-        """Every task's progress events (derived, so existing constructors stay valid)."""
-        return self.experience.removesuffix(".experience") + ".telemetry"
-
-    @classmethod
-    def for_run(cls, run_id: str, prefix: str = "coach-stream") -> RunTopics:
-        check_run_id(run_id)
-        base = f"{prefix}.{run_id}"
-        if len(base) + len(".dead-letter") > _MAX_TOPIC:
-            raise ConfigError(
-                f"Run id {run_id!r} makes topic names longer than Kafka's {_MAX_TOPIC} "
-                "characters; choose a shorter run id or topic prefix."
-            )
-        return cls(f"{base}.experience", f"{base}.control", f"{base}.dead-letter")
+__all__ = ["ConfigValue", "KafkaSecurity", "KafkaSettings", "RunTopics"]

@@ -17,7 +17,6 @@ finished a chunk) reads its partition back to the low watermark, once, at start.
 from __future__ import annotations
 
 import time
-import uuid
 import zlib
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -25,6 +24,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from coach_stream.codec import decode_chunk
 from coach_stream.errors import DecodeError, ServiceUnavailableError
 from coach_stream.transport import clients
+from coach_stream.transport.names import consumer_group
 from coach_stream.transport.settings import KafkaSettings
 
 WINDOW = 64
@@ -54,7 +54,7 @@ def next_chunk_seqs(
     """Per env of ``worker_id``: one past its last ``chunk_seq`` in ``topic`` (0 if none)."""
     deadline = time.monotonic() + timeout
     # Nothing is committed; the group id only satisfies librdkafka.
-    group = f"{settings.topic_prefix}.chunk-seq-scan.{uuid.uuid4().hex}"
+    group = consumer_group("chunk-seq-scan", private=True)
     consumer = clients.consumer(settings, group, **{"enable.partition.eof": True})
     try:
         partitions = _partition_count(consumer, settings, topic, timeout)

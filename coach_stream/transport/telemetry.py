@@ -24,7 +24,6 @@ import json
 import logging
 import math
 import time
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,6 +34,7 @@ from coach_stream.core import ClosingContext, EventSink
 from coach_stream.errors import CoachStreamError, ServiceUnavailableError
 from coach_stream.transport import clients
 from coach_stream.transport.clients import FIRST_OFFSET
+from coach_stream.transport.names import consumer_group
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 from coach_stream.transport.writer import KafkaRecordProducer
 
@@ -145,7 +145,7 @@ class TelemetryReader(ClosingContext):
 
     def _client(self) -> Consumer:
         if self._consumer is None:
-            group = f"{self._settings.topic_prefix}.telemetry-reader.{uuid.uuid4().hex}"
+            group = consumer_group("telemetry-reader", private=True)
             consumer = clients.consumer(self._settings, group)
             consumer.assign([TopicPartition(self._topic, 0, FIRST_OFFSET)])
             self._consumer = consumer

@@ -40,7 +40,7 @@ def settings(kafka_bootstrap: str) -> KafkaSettings:
 
 @pytest.fixture
 def topics(settings: KafkaSettings) -> Iterator[RunTopics]:
-    run = RunTopics.for_run(f"it-{uuid.uuid4().hex[:12]}", settings.topic_prefix)
+    run = RunTopics.for_run(f"it-{uuid.uuid4().hex[:12]}")
     ensure_run_topics(settings, run, experience_partitions=3)
     yield run
     delete_run_topics(settings, run)
@@ -77,7 +77,7 @@ def test_an_unanswering_broker_makes_the_backlog_unknown_for_a_while(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     settings = KafkaSettings(bootstrap_servers="127.0.0.1:9")  # discard port: nobody answers
-    topics = RunTopics.for_run("it-nobody", settings.topic_prefix)
+    topics = RunTopics.for_run("it-nobody")
     with KafkaExperienceBacklog(settings, topics, "g", timeout=0.5, retry_after_s=60) as backlog:
         assert backlog.unread() is None
         assert "backlog on coach-stream.it-nobody.experience is unknown" in caplog.text

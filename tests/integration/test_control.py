@@ -55,7 +55,7 @@ def settings(kafka_bootstrap: str) -> KafkaSettings:
 @pytest.fixture
 def run(settings: KafkaSettings) -> tuple[str, RunTopics]:
     run_id = f"ctl-{uuid.uuid4().hex[:12]}"
-    topics = RunTopics.for_run(run_id, settings.topic_prefix)
+    topics = RunTopics.for_run(run_id)
     ensure_run_topics(settings, topics, experience_partitions=1)
     return run_id, topics
 

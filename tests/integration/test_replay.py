@@ -30,10 +30,10 @@ from coach_stream.replay.offline.train import load_dataset, train_offline
 from coach_stream.replay.range import parse_bound
 from coach_stream.replay.reader import ReplayReader, to_transitions
 from coach_stream.replay.record import Recorded, cartpole_controller, record
-from coach_stream.replay.retention import parse_retention
 from coach_stream.testing.chunks import make_chunk
 from coach_stream.transport.admin import delete_run_topics, ensure_run_topics
 from coach_stream.transport.reader import KafkaExperienceReader
+from coach_stream.transport.retention import parse_retention
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 from coach_stream.transport.writer import KafkaExperienceWriter
 
@@ -51,7 +51,7 @@ def settings(kafka_bootstrap: str) -> KafkaSettings:
 
 
 def _new_run(settings: KafkaSettings, partitions: int = 2, retention: str = "7d") -> RunTopics:
-    topics = RunTopics.for_run(f"rp-{uuid.uuid4().hex[:10]}", settings.topic_prefix)
+    topics = RunTopics.for_run(f"rp-{uuid.uuid4().hex[:10]}")
     r = parse_retention(retention)
     ensure_run_topics(
         settings,

@@ -88,7 +88,7 @@ def settings(kafka_bootstrap: str) -> KafkaSettings:
 
 @pytest.fixture
 def topics(settings: KafkaSettings) -> Iterator[RunTopics]:
-    run = RunTopics.for_run(f"it-{uuid.uuid4().hex[:12]}", settings.topic_prefix)
+    run = RunTopics.for_run(f"it-{uuid.uuid4().hex[:12]}")
     ensure_run_topics(settings, run, experience_partitions=PARTITIONS)
     yield run
     delete_run_topics(settings, run)

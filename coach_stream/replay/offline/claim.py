@@ -26,7 +26,7 @@ def claimed_run(
     """R is this command's for the block; when the block fails, R's topics and stored
     objects are deleted again (only what this command created)."""
     check_run_id(run_id)
-    topics = RunTopics.for_run(run_id, settings.topic_prefix)
+    topics = RunTopics.for_run(run_id)
     control = next(p for p in plan_run_topics(settings, topics, 1) if p.name == topics.control)
     if not claim_topic(settings, control):
         raise ConfigError(

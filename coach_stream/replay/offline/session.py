@@ -55,7 +55,7 @@ def run_offline(
 ) -> dict[str, Any]:
     """Train, announce and evaluate; ``on_step(1)`` after each gradient step."""
     shape = probe_shape(env_id)
-    topics = RunTopics.for_run(run_id, settings.topic_prefix)
+    topics = RunTopics.for_run(run_id)
     ensure_run_topics(settings, topics, 1)
     store = open_store(checkpoints, gcs_emulator_host=gcs_emulator)
     events = JsonLines(sys.stderr, "replay-train")

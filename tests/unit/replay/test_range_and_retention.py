@@ -7,8 +7,8 @@ import pytest
 from coach_stream.config import load_preset
 from coach_stream.errors import ConfigError
 from coach_stream.replay.range import EARLIEST, LATEST, parse_bound
-from coach_stream.replay.retention import parse_retention
 from coach_stream.transport.admin import plan_run_topics
+from coach_stream.transport.retention import parse_retention
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 
 

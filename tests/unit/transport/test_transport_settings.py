@@ -20,8 +20,10 @@ from coach_stream.transport import (
     KafkaExperienceWriter,
     KafkaSettings,
     RunTopics,
+    backlog,
     plan_run_topics,
 )
+from coach_stream.transport.names import TOPIC_PREFIX, consumer_group, is_run_topic, trainer_group
 
 
 def test_producer_config_keeps_the_delivery_guarantees() -> None:
@@ -75,10 +77,27 @@ def test_admin_config_only_takes_connection_extras() -> None:
 
 
 def test_run_topics() -> None:
-    topics = RunTopics.for_run("cartpole-ppo_7", "cs")
+    topics = RunTopics.for_run("cartpole-ppo_7")
+    base = "coach-stream.cartpole-ppo_7"
     assert topics == RunTopics(
-        "cs.cartpole-ppo_7.experience", "cs.cartpole-ppo_7.control", "cs.cartpole-ppo_7.dead-letter"
+        f"{base}.experience", f"{base}.control", f"{base}.dead-letter", f"{base}.telemetry"
     )
+    assert RunTopics.for_run("cartpole-ppo_7", TOPIC_PREFIX) == topics  # callers not yet moved
+    with pytest.raises(ValueError, match="always start with"):
+        RunTopics.for_run("cartpole-ppo_7", "cs")
+
+
+def test_topic_prefix_is_fixed_and_group_ids_have_one_form() -> None:
+    settings = KafkaSettings(bootstrap_servers="h:9092")
+    assert settings.topic_prefix == TOPIC_PREFIX == "coach-stream"
+    with pytest.raises(ValidationError):
+        KafkaSettings(bootstrap_servers="h:9092", topic_prefix="cs")  # type: ignore[call-arg]
+    assert trainer_group("r1") == consumer_group("trainer", "r1") == "coach-stream.r1.trainer"
+    assert backlog.trainer_group(settings, "r1") == trainer_group("r1")
+    assert consumer_group("replay.count") == "coach-stream.replay.count"
+    one, two = consumer_group("x", private=True), consumer_group("x", private=True)
+    assert one.startswith("coach-stream.x.") and one != two
+    assert is_run_topic("coach-stream.r1.experience") and not is_run_topic("r1")
 
 
 @pytest.mark.parametrize("run_id", ["", "a b", "a.b", "-x", "run/1", "ü", "x" * 240])
