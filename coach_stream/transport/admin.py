@@ -10,10 +10,12 @@ from __future__ import annotations
 import socket
 import ssl
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._metadata import ClusterMetadata, TopicMetadata
 from confluent_kafka.cimpl import NewTopic
@@ -58,6 +60,22 @@ def unreachable(
         f"Kafka at {settings.bootstrap_servers} did not answer within {timeout:g}s ({cause}); "
         "start it with `coach-stream stack up` or set KAFKA_BOOTSTRAP_SERVERS to a running broker."
     )
+
+
+@contextmanager
+def closed_on_failure(
+    consumer: Consumer, settings: KafkaSettings, timeout: float
+) -> Iterator[Consumer]:
+    """``consumer`` for a set-up block (metadata, offsets): closed if the block fails, and a
+    ``KafkaException`` raised as ``unreachable``'s sentence."""
+    try:
+        yield consumer
+    except KafkaException as exc:
+        consumer.close()
+        raise unreachable(settings, timeout, exc.args[0]) from exc
+    except BaseException:
+        consumer.close()
+        raise
 
 
 def protocol_mismatch(settings: KafkaSettings, timeout: float = PROBE_S) -> str | None:

@@ -31,7 +31,7 @@ from coach_stream.errors import (
     ServiceUnavailableError,
 )
 from coach_stream.transport import clients
-from coach_stream.transport.admin import unreachable
+from coach_stream.transport.admin import closed_on_failure, unreachable
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 from coach_stream.transport.writer import KafkaRecordProducer
 
@@ -100,7 +100,7 @@ class KafkaExperienceReader(ClosingContext):
             return
         consumer = clients.consumer(self.settings, self.group_id)
         topic = self.topics.experience
-        try:
+        with closed_on_failure(consumer, self.settings, self._timeout):
             metadata = consumer.list_topics(topic, timeout=self._timeout)
             found = metadata.topics.get(topic)
             if found is None or found.error is not None or not found.partitions:
@@ -118,12 +118,6 @@ class KafkaExperienceReader(ClosingContext):
                 for tp in committed:
                     if tp.offset >= 0:
                         self._next[tp.partition] = tp.offset
-        except KafkaException as exc:
-            consumer.close()
-            raise unreachable(self.settings, self._timeout, exc.args[0]) from exc
-        except BaseException:
-            consumer.close()
-            raise
         self._consumer = consumer
         self._assign()
 

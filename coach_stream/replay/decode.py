@@ -1,0 +1,121 @@
+"""Records of one read to a ``ChunkBatch``: vectorized, and per record only where needed.
+
+A read's records go through the codec's columnar decoder at once; when some of them are
+not plain v1 chunks (an older schema version, garbage, a tombstone) those go through the
+per-record codec one by one, in place, so the batch keeps the topic's order. Records that
+do not decode are counted and listed as ``Undecodable``: the reader is read-only, it never
+dead-letters (the trainer already did).
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+from confluent_kafka import Message
+
+from coach_stream.codec import ChunkCodec
+from coach_stream.codec.avro import HEADER_SIZE
+from coach_stream.codec.columnar import decode_columns
+from coach_stream.codec.columns import ChunkColumns, concat_columns, from_chunks, split_columns
+from coach_stream.codec.fastpath import V1_FINGERPRINT
+from coach_stream.core import ExperienceChunk
+from coach_stream.errors import DecodeError
+from coach_stream.replay.batches import ChunkBatch, Undecodable
+
+
+@dataclass
+class ReaderStats:
+    """What one pass read: records, chunks, transitions, undecodable records, bytes."""
+
+    records: int = 0
+    """Records read from the topic, chunks or not."""
+    chunks: int = 0
+    transitions: int = 0
+    undecodable: int = 0
+    """Records that are not chunks (garbage, an unknown schema, a tombstone): skipped."""
+    bytes: int = 0
+    """Value bytes of the chunks read."""
+    schemas: Counter[builtins.bytes] = field(default_factory=Counter)
+    """Chunks per writer-schema fingerprint."""
+    max_held_records: int = 0
+    """The most records the reader held at once (bounded by a batch; tests check it)."""
+
+
+def decode_records(
+    messages: list[Message], codec: ChunkCodec, stats: ReaderStats
+) -> ChunkBatch | None:
+    """One read's records (one partition's) as a ChunkBatch; None if there were none."""
+    values = [v or b"" for v in map(Message.value, messages)]
+    columns, ok = decode_columns(values)
+    vectorized = columns is not None and bool(ok.all())
+    bad: list[Undecodable] = []
+    if vectorized and columns is not None:
+        parts, kept = [columns], list(range(len(messages)))
+    else:
+        parts, kept, bad = _decode_mixed(messages, values, columns, ok, codec)
+    stats.undecodable += len(bad)
+    if not kept:
+        return ChunkBatch.only_undecodable(bad) if bad else None
+    if len(kept) == len(messages):  # the common case: no per-record copies
+        chosen, kept_values = messages, values
+    else:
+        chosen, kept_values = [messages[i] for i in kept], [values[i] for i in kept]
+    if vectorized:  # the vectorized decoder accepts v1 records only
+        fingerprints = [V1_FINGERPRINT] * len(kept_values)
+        stats.schemas[V1_FINGERPRINT] += len(kept_values)
+    else:
+        fingerprints = [v[2:HEADER_SIZE] for v in kept_values]
+        stats.schemas.update(fingerprints)
+    stats.bytes += sum(map(len, kept_values))
+    n = len(chosen)
+    # one read holds one partition's records (they are read one after the other)
+    partition = chosen[0].partition() or 0
+    return ChunkBatch(
+        concat_columns(parts),
+        np.full(n, partition, dtype=np.int32),
+        np.fromiter(map(Message.offset, chosen), np.int64, n),
+        np.fromiter((t for _, t in map(Message.timestamp, chosen)), np.int64, n),
+        fingerprints,
+        kept_values,
+        bad,
+    )
+
+
+def _decode_mixed(
+    messages: list[Message],
+    values: list[bytes],
+    columns: ChunkColumns | None,
+    ok: npt.NDArray[np.bool_],
+    codec: ChunkCodec,
+) -> tuple[list[ChunkColumns], list[int], list[Undecodable]]:
+    """The columnar decoder's chunks where ``ok``, the codec's elsewhere, in record order:
+    (column parts, indices of the records that are chunks, the records that are not)."""
+    parts: list[ChunkColumns] = []
+    kept: list[int] = []
+    bad: list[Undecodable] = []
+    fast_at = 0  # next chunk of ``columns`` not yet placed
+    run: list[ExperienceChunk] = []
+    for i, message in enumerate(messages):
+        if ok[i] and columns is not None:
+            if run:
+                parts.append(from_chunks(run))
+                run = []
+            head, _ = split_columns(columns, fast_at + 1)
+            parts.append(split_columns(head, fast_at)[1])
+            fast_at += 1
+            kept.append(i)
+            continue
+        try:
+            if message.value() is None:
+                raise DecodeError("Record has no value (a tombstone).")
+            run.append(codec.decode(values[i]))
+            kept.append(i)
+        except DecodeError as exc:
+            bad.append(Undecodable(message.partition() or 0, message.offset() or 0, str(exc)))
+    if run:
+        parts.append(from_chunks(run))
+    return parts, kept, bad
