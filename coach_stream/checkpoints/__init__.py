@@ -10,9 +10,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from urllib.parse import unquote, urlparse
-
 from coach_stream.checkpoints.gcs import GcsCheckpointStore
 from coach_stream.checkpoints.keys import (
     policies_prefix,
@@ -24,6 +21,7 @@ from coach_stream.checkpoints.keys import (
     version_of,
 )
 from coach_stream.checkpoints.local import LocalCheckpointStore
+from coach_stream.checkpoints.location import GcsLocation, parse_store_url
 from coach_stream.checkpoints.retention import (
     prune_policies,
     prune_trainer_states,
@@ -32,13 +30,14 @@ from coach_stream.checkpoints.retention import (
 )
 from coach_stream.checkpoints.retry import RetryPolicy
 from coach_stream.checkpoints.serialization import policy_from_bytes, policy_to_bytes
-from coach_stream.errors import ConfigError
 
 __all__ = [
     "GcsCheckpointStore",
+    "GcsLocation",
     "LocalCheckpointStore",
     "RetryPolicy",
     "open_store",
+    "parse_store_url",
     "policies_prefix",
     "policy_from_bytes",
     "policy_key",
@@ -62,36 +61,19 @@ def open_store(
     gcs_project: str | None = None,
     retry: RetryPolicy | None = None,
 ) -> GcsCheckpointStore | LocalCheckpointStore:
-    """The store at ``url``: ``gs://bucket[/prefix]``, ``file:///dir`` or a plain path.
+    """The store at ``url``: ``gs://bucket[/prefix]``, ``file:///dir`` or a plain path
+    (``parse_store_url``).
 
     ``gcs_emulator_host`` is the ``STORAGE_EMULATOR_HOST`` value; entry points read the
     environment and pass it in. No I/O happens until the store is first used.
     """
-    if not url:
-        raise ConfigError(
-            "the checkpoint store address is empty; give gs://bucket/prefix or a directory."
-        )
-    parsed = urlparse(url)
-    if parsed.scheme == "gs":
-        if not parsed.netloc:
-            raise ConfigError(f"{url!r} names no bucket; write it as gs://BUCKET/PREFIX.")
+    where = parse_store_url(url)
+    if isinstance(where, GcsLocation):
         return GcsCheckpointStore(
-            parsed.netloc,
-            parsed.path.strip("/"),
+            where.bucket,
+            where.prefix,
             emulator_host=gcs_emulator_host,
             project=gcs_project,
             retry=retry,
         )
-    if parsed.scheme == "file":
-        if parsed.netloc not in ("", "localhost"):
-            raise ConfigError(
-                f"{url!r} names host {parsed.netloc!r}; file URLs need three slashes: "
-                "file:///absolute/dir."
-            )
-        return LocalCheckpointStore(Path(unquote(parsed.path)))
-    if parsed.scheme and len(parsed.scheme) > 1:  # "C:" on Windows is a drive, not a scheme
-        raise ConfigError(
-            f"checkpoint store scheme {parsed.scheme!r} in {url!r} is not supported; "
-            "use gs://bucket/prefix, file:///dir or a plain directory path."
-        )
-    return LocalCheckpointStore(Path(url))
+    return LocalCheckpointStore(where)

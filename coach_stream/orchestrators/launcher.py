@@ -197,21 +197,25 @@ def _run_store(settings: LaunchSettings, timeout_s: float) -> Any:
     """The run's checkpoint store (a ``GcsCheckpointStore`` or ``LocalCheckpointStore``)."""
     # Imported here: the checkpoints package imports torch (~3 s), which `launch` does not
     # otherwise need.
-    from coach_stream.checkpoints import GcsCheckpointStore, LocalCheckpointStore, RetryPolicy
+    from coach_stream.checkpoints import (
+        GcsCheckpointStore,
+        GcsLocation,
+        LocalCheckpointStore,
+        RetryPolicy,
+        parse_store_url,
+    )
 
-    url = settings.checkpoints
-    if url.startswith("gs://"):
-        bucket, _, prefix = url.removeprefix("gs://").partition("/")
+    where = parse_store_url(settings.checkpoints)
+    if isinstance(where, GcsLocation):
         return GcsCheckpointStore(
-            bucket,
-            prefix,
+            where.bucket,
+            where.prefix,
             emulator_host=settings.gcs_emulator,
             retry=RetryPolicy(attempts=3, initial_backoff_s=0.2, deadline_s=timeout_s / 2),
             timeout_s=timeout_s / 2,
         )
-    root = Path(url.removeprefix("file://"))
-    _check_creatable(root)
-    return LocalCheckpointStore(root)
+    _check_creatable(where)
+    return LocalCheckpointStore(where)
 
 
 def _run_objects(store: Any, run_id: str) -> list[str]:

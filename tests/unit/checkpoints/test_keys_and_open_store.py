@@ -8,8 +8,10 @@ import pytest
 
 from coach_stream.checkpoints import (
     GcsCheckpointStore,
+    GcsLocation,
     LocalCheckpointStore,
     open_store,
+    parse_store_url,
     policies_prefix,
     policy_key,
     sha256_hex,
@@ -67,6 +69,22 @@ def test_open_store_file_url_and_plain_path(tmp_path: Path) -> None:
 def test_open_store_rejects_unsupported_addresses(url: str) -> None:
     with pytest.raises(ConfigError):
         open_store(url)
+    with pytest.raises(ConfigError):
+        parse_store_url(url)  # the launcher's pre-flight check reads addresses through it
+
+
+@pytest.mark.parametrize(
+    ("url", "where"),
+    [
+        ("gs://b/some/prefix/", GcsLocation("b", "some/prefix")),
+        ("gs://b", GcsLocation("b", "")),
+        ("file:///var/ck%20pt", Path("/var/ck pt")),
+        ("file://localhost/var/ckpt", Path("/var/ckpt")),
+        ("./checkpoints", Path("checkpoints")),
+    ],
+)
+def test_parse_store_url(url: str, where: GcsLocation | Path) -> None:
+    assert parse_store_url(url) == where
 
 
 def test_verify_sha256_passes_matching_bytes_and_names_both_hashes() -> None:
