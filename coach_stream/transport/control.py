@@ -14,13 +14,7 @@ import logging
 import time
 from typing import Self
 
-from confluent_kafka import (
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Message,
-    TopicPartition,
-)
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from coach_stream.codec import decode_control, encode_control
 from coach_stream.core import ClosingContext, ControlMessage

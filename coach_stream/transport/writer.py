@@ -20,13 +20,12 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Self
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from coach_stream.codec import encode_chunk
-from coach_stream.core import ExperienceChunk
+from coach_stream.core import ClosingContext, ExperienceChunk
 from coach_stream.errors import DeliveryError
 from coach_stream.transport import clients, tail
 from coach_stream.transport.admin import unreachable
@@ -51,7 +50,7 @@ class WriterStats:
     delivered_bytes: int = 0
 
 
-class KafkaRecordProducer:
+class KafkaRecordProducer(ClosingContext):
     """Raw keyed records to one topic with the delivery rules above (no codec).
 
     ``overrides`` are librdkafka settings for this producer only (the control publisher
@@ -189,19 +188,17 @@ class KafkaRecordProducer:
         self._client()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is None:
+    def __exit__(self, *exc_info: object) -> None:
+        """``close()``; while already failing, a delivery error is logged, not raised: it
+        must not mask the original error."""
+        failing = exc_info[1]
+        if failing is None:
             self.close()
             return
-        try:  # already failing: do not mask the original error with a delivery error
+        try:
             self.close()
         except DeliveryError as delivery:
-            log.error("while handling %r: %s", exc, delivery)
+            log.error("while handling %r: %s", failing, delivery)
 
 
 class KafkaExperienceWriter(KafkaRecordProducer):
