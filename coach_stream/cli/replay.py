@@ -11,7 +11,7 @@ import enum
 import json
 import signal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -26,9 +26,13 @@ from coach_stream.cli.options import (
 )
 from coach_stream.codec import SchemaRegistry, default_schema_dir
 from coach_stream.errors import ConfigError
+from coach_stream.replay.progress import records_progress
 from coach_stream.replay.range import parse_bound
 from coach_stream.replay.reader import ReplayReader, resolve_topic
 from coach_stream.transport.settings import KafkaSettings, RunTopics
+
+if TYPE_CHECKING:
+    from coach_stream.replay.offline.train import Dataset
 
 app = typer.Typer(
     name="replay",
@@ -125,7 +129,6 @@ def inspect(
 ) -> None:
     """Partitions, time span, chunks, versions, episodes, schemas, gaps, dead letters."""
     from coach_stream.replay.inspect import inspect as run_inspect
-    from coach_stream.replay.progress import records_progress
 
     with (
         _reader(source, kafka, start, end, schemas, batch) as reader,
@@ -198,7 +201,6 @@ def export(
     """Export a range to Avro container files, Parquet or a Minari dataset."""
     _terminate_like_ctrl_c()  # an interrupted export leaves no partial file
     from coach_stream.replay.export.run import run_export
-    from coach_stream.replay.progress import records_progress
 
     with _reader(source, kafka, start, end, schemas, batch) as reader:
         _nonempty(reader)
@@ -208,6 +210,16 @@ def export(
                 reader, fmt.value, out, gcs_emulator, env=env, dataset_id=dataset_id
             )
     typer.echo(json.dumps({"out": where, "format": fmt.value, **counts}))
+
+
+NormalizeOption = typer.Option(
+    False,
+    "--normalize",
+    help="Standardise observations by the data's mean and variance; the policies carry them.",
+)
+MaxTransitionsOption = typer.Option(
+    20_000_000, "--max-transitions", min=1, help="Refuse a larger range (held in memory)."
+)
 
 
 def train(
@@ -227,16 +239,10 @@ def train(
     gamma: float = typer.Option(0.99, "--gamma", min=0.0, max=1.0),
     cql_alpha: float = typer.Option(1.0, "--cql-alpha", min=0.0),
     seed: int = typer.Option(0, "--seed", min=0),
-    normalize: bool = typer.Option(
-        False,
-        "--normalize",
-        help="Standardise observations by the data's mean and variance; the policies carry them.",
-    ),
+    normalize: bool = NormalizeOption,
     publish_every: int = typer.Option(1_000, "--publish-every", min=1, help="Steps per version."),
     eval_episodes: int = typer.Option(10, "--eval-episodes", min=1),
-    max_transitions: int = typer.Option(
-        20_000_000, "--max-transitions", min=1, help="Refuse a larger range (held in memory)."
-    ),
+    max_transitions: int = MaxTransitionsOption,
     progress: bool = ProgressOption,
 ) -> None:
     """Train a policy offline (bc or cql) from a stored topic; announce it; evaluate it."""
@@ -244,8 +250,6 @@ def train(
     from coach_stream.replay.offline import ALGORITHMS, OfflineConfig
     from coach_stream.replay.offline.claim import claimed_run
     from coach_stream.replay.offline.session import run_offline
-    from coach_stream.replay.offline.train import load_dataset
-    from coach_stream.replay.progress import records_progress
 
     if algo not in ALGORITHMS:
         raise ConfigError(f"Unknown --algo {algo!r}; use one of {', '.join(sorted(ALGORITHMS))}.")
@@ -253,12 +257,8 @@ def train(
     # Taken before anything is read: a run id in use is refused at once, and from here a
     # failure (or Ctrl-C) deletes what this command made of the run id.
     with claimed_run(_settings(kafka), run_id, url, gcs_emulator):
-        with _reader(source, kafka, start, end, schemas, 65_536) as reader:
-            _nonempty(reader)
-            with records_progress("read", reader.total_records, progress) as advance:
-                reader.on_records = advance
-                data = load_dataset(reader, max_transitions)
-            settings = reader.settings
+        reader = _reader(source, kafka, start, end, schemas, 65_536)
+        data = _read_dataset(reader, max_transitions, progress)
         config = OfflineConfig(
             steps=steps,
             batch_size=batch_size,
@@ -270,7 +270,7 @@ def train(
         with records_progress(f"train {algo}", steps, progress, unit="steps") as advance:
             result = run_offline(
                 data,
-                settings=settings,
+                settings=reader.settings,
                 run_id=run_id,
                 checkpoints=url,
                 gcs_emulator=gcs_emulator,
@@ -283,6 +283,17 @@ def train(
                 on_step=advance,
             )
     typer.echo(json.dumps(result))
+
+
+def _read_dataset(reader: ReplayReader, max_transitions: int, progress: bool) -> Dataset:
+    """The whole range in memory (at most ``max_transitions``), with a progress bar."""
+    from coach_stream.replay.offline.train import load_dataset
+
+    with reader:
+        _nonempty(reader)
+        with records_progress("read", reader.total_records, progress) as advance:
+            reader.on_records = advance
+            return load_dataset(reader, max_transitions)
 
 
 def register(root: typer.Typer) -> None:

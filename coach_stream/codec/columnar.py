@@ -281,6 +281,16 @@ def _misplaced_flags(keep: _BOOL, steps: _I64, terminated: _BOOL, truncated: _BO
     return bad
 
 
+def _returns(p: _Parser, f: _Fields, keep: _BOOL) -> npt.NDArray[np.float64]:
+    """The kept records' episode returns (little-endian doubles), NaN where unset."""
+    returns = np.full(int(keep.sum()), np.nan)
+    kept_return = f.has_return[keep]
+    if kept_return.any():
+        at = f.return_at[keep][kept_return]
+        returns[kept_return] = p.buf[at[:, None] + np.arange(8)].copy().view("<f8").ravel()
+    return returns
+
+
 def decode_columns(values: list[bytes]) -> tuple[ChunkColumns | None, _BOOL]:
     """Columns of the records that decode here, and which those were (``ok``, in order)."""
     p = _Parser(values)
@@ -317,11 +327,6 @@ def decode_columns(values: list[bytes]) -> tuple[ChunkColumns | None, _BOOL]:
     bad = _misplaced_flags(keep, kept_steps, terminated, truncated)
     if bad.any():
         return decode_columns_subset(values, p.ok & ~bad)
-    returns = np.full(int(keep.sum()), np.nan)
-    kept_return = f.has_return[keep]
-    if kept_return.any():
-        at = f.return_at[keep][kept_return]
-        returns[kept_return] = p.buf[at[:, None] + np.arange(8)].copy().view("<f8").ravel()
     columns = ChunkColumns(
         run_ids=run_ids,
         worker_id=f.ints["worker_id"][keep].astype(np.int32),
@@ -330,7 +335,7 @@ def decode_columns(values: list[bytes]) -> tuple[ChunkColumns | None, _BOOL]:
         policy_version=f.ints["policy_version"][keep],
         first_step=f.ints["first_step"][keep],
         steps=kept_steps,
-        episode_return=returns,
+        episode_return=_returns(p, f, keep),
         episode_length=f.episode_length[keep],
         created_at_ms=f.created_at_ms[keep],
         observations=column("obs", *obs_kind),
