@@ -40,8 +40,9 @@ from coach_stream.rollout.evaluator import Evaluator
 from coach_stream.rollout.priority import yield_cpu
 from coach_stream.rollout.worker import RolloutWorker, WorkerSettings
 from coach_stream.transport.admin import check_broker
-from coach_stream.transport.backlog import KafkaExperienceBacklog, trainer_group
+from coach_stream.transport.backlog import KafkaExperienceBacklog
 from coach_stream.transport.control import KafkaControlPublisher, KafkaControlSubscriber
+from coach_stream.transport.names import trainer_group
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 from coach_stream.transport.telemetry import STARTED, TelemetrySink, fan_out
 from coach_stream.transport.writer import KafkaExperienceWriter
@@ -206,7 +207,7 @@ class RolloutProcess:
     ) -> RunFinished:
         """Act and write experience to the run's experience topic (ASYNC with a rate limit:
         no further ahead of the trainer's reading than the preset allows)."""
-        group = trainer_group(self.kafka, self.run_id)
+        group = trainer_group(self.run_id)
         with KafkaExperienceBacklog(self.kafka, self.topics, group) as backlog:  # lazy: no I/O
             worker = RolloutWorker(
                 envs, actor, writer, source, settings, seeds, events, backlog=backlog
