@@ -25,20 +25,16 @@ from coach_stream.codec.fastpath import V1_FINGERPRINT
 from coach_stream.core import ExperienceChunk
 from coach_stream.errors import DecodeError
 from coach_stream.replay.batches import ChunkBatch, Undecodable
+from coach_stream.transport.reader import ReadCounts
 
 
 @dataclass
-class ReaderStats:
-    """What one pass read: records, chunks, transitions, undecodable records, bytes."""
+class ReaderStats(ReadCounts):
+    """What one pass read: ``ReadCounts`` (``bytes``: of the chunks), and the following."""
 
-    records: int = 0
-    """Records read from the topic, chunks or not."""
-    chunks: int = 0
     transitions: int = 0
     undecodable: int = 0
     """Records that are not chunks (garbage, an unknown schema, a tombstone): skipped."""
-    bytes: int = 0
-    """Value bytes of the chunks read."""
     schemas: Counter[builtins.bytes] = field(default_factory=Counter)
     """Chunks per writer-schema fingerprint."""
     max_held_records: int = 0

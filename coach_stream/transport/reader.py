@@ -44,18 +44,27 @@ Start = Literal["earliest", "committed"]
 
 
 @dataclass
-class ReaderStats:
-    """Records consumed, chunks returned, records dead-lettered, value bytes consumed.
+class ReadCounts:
+    """What every reader of an experience topic counts (this one and ``replay``'s)."""
+
+    records: int = 0
+    """Records consumed, chunks or not."""
+    chunks: int = 0
+    """Chunks returned."""
+    bytes: int = 0
+    """Value bytes consumed."""
+
+
+@dataclass
+class ReaderStats(ReadCounts):
+    """``ReadCounts`` and the records dead-lettered.
 
     ``dead_lettered`` counts both kinds of bad record; ``invalid`` the subset that decoded
     but did not fit the run's ``ChunkSpec``.
     """
 
-    records: int = 0
-    chunks: int = 0
     dead_lettered: int = 0
     invalid: int = 0
-    bytes: int = 0
 
 
 class KafkaExperienceReader(ClosingContext):
