@@ -17,7 +17,8 @@ import numpy as np
 from confluent_kafka import KafkaException, TopicPartition
 
 from coach_stream.codec import SchemaRegistry
-from coach_stream.replay.reader import ChunkBatch, ReplayReader
+from coach_stream.replay.batches import ChunkBatch
+from coach_stream.replay.reader import ReplayReader
 from coach_stream.transport import clients
 from coach_stream.transport.admin import unreachable
 from coach_stream.transport.names import consumer_group

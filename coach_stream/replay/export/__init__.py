@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from coach_stream.replay.reader import ChunkBatch
+from coach_stream.replay.batches import ChunkBatch
 
 
 class Exporter(Protocol):

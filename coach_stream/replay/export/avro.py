@@ -22,7 +22,7 @@ from coach_stream.codec import SchemaRegistry, SingleObjectCodec
 from coach_stream.codec.avro import HEADER_SIZE
 from coach_stream.codec.chunks import CHUNK_SCHEMA
 from coach_stream.codec.fastpath import string, varint
-from coach_stream.replay.reader import ChunkBatch
+from coach_stream.replay.batches import ChunkBatch
 
 MAGIC = b"Obj\x01"
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from coach_stream.codec.columns import ChunkColumns
 from coach_stream.errors import ConfigError
-from coach_stream.replay.reader import ChunkBatch
+from coach_stream.replay.batches import ChunkBatch
 
 _FLUSH = 64  # episodes per update_episodes call
 

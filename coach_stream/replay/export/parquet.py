@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from coach_stream.replay.reader import ChunkBatch, to_transitions
+from coach_stream.replay.batches import ChunkBatch, to_transitions
 
 
 def _fixed(values: np.ndarray[Any, Any]) -> pa.FixedSizeListArray:
