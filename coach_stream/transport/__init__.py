@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from coach_stream.transport.admin import check_broker, ensure_run_topics, plan_run_topics
+    from coach_stream.transport.names import RunTopics
     from coach_stream.transport.reader import KafkaExperienceReader, ReaderStats
-    from coach_stream.transport.settings import KafkaSettings, RunTopics
+    from coach_stream.transport.settings import KafkaSettings
     from coach_stream.transport.writer import (
         KafkaExperienceWriter,
         KafkaRecordProducer,
@@ -31,7 +32,7 @@ _EXPORTS = {
     "KafkaRecordProducer": "writer",
     "KafkaSettings": "settings",
     "ReaderStats": "reader",
-    "RunTopics": "settings",
+    "RunTopics": "names",
     "WriterStats": "writer",
     "check_broker": "admin",
     "ensure_run_topics": "admin",
