@@ -52,7 +52,7 @@ def wait_for_topics(settings: KafkaSettings, topics: RunTopics, timeout: float) 
     """Workers may start before the trainer has created the run's topics: wait (bounded)."""
     deadline = time.monotonic() + timeout
     while True:
-        metadata = check_broker(settings, timeout=min(10.0, timeout))
+        metadata = check_broker(settings, timeout=min(10.0, timeout), wait_for_start=True)
         present = metadata.topics
         if all(t in present and present[t].partitions for t in (topics.control, topics.experience)):
             return

@@ -33,7 +33,7 @@ from coach_stream.replay.decode import ReaderStats, decode_records
 from coach_stream.replay.range import EARLIEST, LATEST, Bound, parse_bound
 from coach_stream.replay.spans import PartitionSpan, resolve_spans
 from coach_stream.transport import clients
-from coach_stream.transport.admin import closed_on_failure
+from coach_stream.transport.admin import closed_on_failure, refuse_at_once
 from coach_stream.transport.environment import kafka_settings
 from coach_stream.transport.names import RunTopics, consumer_group, is_run_topic
 from coach_stream.transport.settings import KafkaSettings
@@ -105,6 +105,7 @@ class ReplayReader(ClosingContext):
         """Connect and resolve the range into per-partition offsets (``__enter__`` calls it)."""
         if self._consumer is not None:
             return self
+        refuse_at_once(self.settings, self.timeout)
         # a private group: the replay commits nothing and must not share a group's state
         consumer = clients.consumer(
             self.settings,

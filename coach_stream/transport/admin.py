@@ -137,8 +137,47 @@ def _first_address(bootstrap_servers: str) -> tuple[str, int] | None:
     return host, int(port)
 
 
-def check_broker(settings: KafkaSettings, timeout: float = 10.0) -> ClusterMetadata:
-    """The cluster metadata, or ServiceUnavailableError if no broker answers within ``timeout``."""
+def _all_refused(bootstrap_servers: str) -> bool:
+    """Whether every ``host:port`` of the bootstrap list refuses a TCP connection outright."""
+    addresses = [_first_address(part) for part in bootstrap_servers.split(",") if part.strip()]
+    if not addresses or None in addresses:
+        return False
+    for host, port in (address for address in addresses if address is not None):
+        try:
+            socket.create_connection((host, port), timeout=PROBE_S).close()
+            return False
+        except ConnectionRefusedError:
+            continue
+        except OSError:
+            return False  # a timeout or a name that does not resolve yet: let the client wait
+    return True
+
+
+def refuse_at_once(settings: KafkaSettings, timeout: float) -> None:
+    """Raise ``unreachable``'s sentence now when waiting ``timeout`` could not change it.
+
+    For the commands a person types: every bootstrap address refusing the connection (no
+    broker listens there), or a client configured for TLS meeting a listener that does
+    not speak it, is the same answer after ten seconds of librdkafka's retries as before
+    them. A plaintext client is not probed with a TLS hello here: a healthy PLAINTEXT
+    broker logs one as an oversized request, so that mismatch is named only after a wait.
+    """
+    if _all_refused(settings.bootstrap_servers):
+        raise unreachable(settings, timeout, "connection refused")
+    if settings.security.tls and (mismatch := protocol_mismatch(settings)) is not None:
+        raise ConfigError(mismatch)
+
+
+def check_broker(
+    settings: KafkaSettings, timeout: float = 10.0, *, wait_for_start: bool = False
+) -> ClusterMetadata:
+    """The cluster metadata, or ServiceUnavailableError if no broker answers within ``timeout``.
+
+    A refused connection fails at once (``refuse_at_once``) unless ``wait_for_start``: a
+    task started beside a broker that is itself restarting waits the whole ``timeout``.
+    """
+    if not wait_for_start:
+        refuse_at_once(settings, timeout)
     with clients.admin(settings) as admin:
         try:
             return clients.metadata(admin, timeout)  # a refused login: AuthenticationError
