@@ -6,6 +6,7 @@ iterate until it has nothing left to read, and the evaluator evaluate a newer ve
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import pytest
@@ -145,11 +146,14 @@ class InProcessRun:
             self.eval.evaluate()
         return None
 
-    def run(self, max_steps: int) -> RunFinished | None:
+    def run(self, max_steps: int, until: Callable[[], bool] | None = None) -> RunFinished | None:
+        """Step until the trainer finishes, ``until()`` holds, or ``max_steps`` steps."""
         for _ in range(max_steps):
             done = self.step()
             if done is not None:
                 return done
+            if until is not None and until():
+                return None
         return None
 
 
