@@ -173,18 +173,6 @@ def test_cartpole_ppo_sync_solves_through_the_cli_with_gcs_checkpoints(
                for s in orchestrator.status(run_id))  # fmt: skip
 
 
-def test_cartpole_dqn_async_solves(
-    orchestrator: LocalOrchestrator, kafka_bootstrap: str, unique_name: str, tmp_path: Path
-) -> None:
-    run_id = f"e2e-dqn-{unique_name}"
-    launch(orchestrator, "cartpole-dqn", run_id, kafka_bootstrap, (tmp_path / "ckpt").as_uri())
-
-    outcome = follow(orchestrator, run_id, timeout_s=RUN_TIMEOUT_S)
-
-    assert_solved(outcome, orchestrator, "cartpole-dqn")
-    assert outcome.progress.figure("time/policy_version") is not None
-
-
 @pytest.mark.parametrize("preset", ["cartpole-dqn", "cartpole-ppo"])
 def test_trainer_kill_9_resumes_from_stored_positions_and_still_solves(
     orchestrator: LocalOrchestrator,
