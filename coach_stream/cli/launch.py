@@ -43,7 +43,6 @@ from coach_stream.cli.options import (
 )
 from coach_stream.cli.spinner import spinner
 from coach_stream.config import Preset
-from coach_stream.core import RunSpec, TaskStatus
 from coach_stream.errors import ConfigError, OrchestratorError, RunExistsError
 from coach_stream.orchestrators import (
     LaunchSettings,
@@ -64,6 +63,7 @@ from coach_stream.orchestrators.launcher import (
     validate_launch,
 )
 from coach_stream.orchestrators.nomad_job import job_id as nomad_job_id
+from coach_stream.orchestrators.plan import RunSpec, TaskStatus
 from coach_stream.orchestrators.progress import LogFollower, RunProgress, read_progress
 from coach_stream.orchestrators.state import RunRecord, RunState
 from coach_stream.stack import LocalStack, default_cache_dir

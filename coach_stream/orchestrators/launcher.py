@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from coach_stream.core import Orchestrator
 from coach_stream.errors import ConfigError, ServiceUnavailableError
+from coach_stream.orchestrators.plan import Orchestrator
 from coach_stream.orchestrators.progress import RunProgress
 from coach_stream.orchestrators.spec import LaunchSettings
 from coach_stream.orchestrators.state import RunRecord, RunState
@@ -52,11 +52,12 @@ class TaskLines(Protocol):
 
 
 class FollowableOrchestrator(Orchestrator, Protocol):
-    """``core.Orchestrator`` plus what following a run live needs: its tasks' new lines as
+    """``plan.Orchestrator`` plus what following a run live needs: its tasks' new lines as
     they come, the run's record (state, task states) and a wait for its end.
 
-    ``LocalOrchestrator`` reads them from the run's files; another orchestrator (Nomad)
-    would stream its allocations' logs and ask its API. ``follow`` needs nothing else.
+    ``LocalOrchestrator`` reads the record from run.json and the lines from the run's log
+    files (or its telemetry topic); ``NomadOrchestrator`` asks Nomad's API for the record
+    and reads the lines from the telemetry topic. ``follow`` needs nothing else.
     """
 
     def task_lines(self, run_id: str) -> TaskLines: ...

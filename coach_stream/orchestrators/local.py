@@ -24,8 +24,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
-from coach_stream.core import RunSpec, TaskState, TaskStatus
 from coach_stream.errors import OrchestratorError
+from coach_stream.orchestrators.plan import RunSpec, TaskState, TaskStatus
 from coach_stream.orchestrators.progress import LogFollower
 from coach_stream.orchestrators.state import (
     TERMINAL_TASK_STATES,
@@ -97,7 +97,7 @@ def _end_supervisor(process: _Supervisor, grace_s: float) -> None:
 
 
 class LocalOrchestrator:
-    """Implements ``core.Orchestrator`` with local processes; state lives in ``state_dir``."""
+    """Implements ``plan.Orchestrator`` with local processes; state lives in ``state_dir``."""
 
     def __init__(
         self,

@@ -31,9 +31,9 @@ import requests
 from nomad.api import exceptions as nomad_errors
 
 import nomad
-from coach_stream.core import RunSpec, TaskSpec, TaskState, TaskStatus
 from coach_stream.errors import ConfigError, OrchestratorError, ServiceUnavailableError
 from coach_stream.orchestrators.nomad_job import NomadJobSettings, build_job, job_id
+from coach_stream.orchestrators.plan import RunSpec, TaskSpec, TaskState, TaskStatus
 from coach_stream.orchestrators.state import RunRecord, RunState, TaskRecord
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 from coach_stream.transport.telemetry import TelemetryLines, TelemetryReader
@@ -142,7 +142,7 @@ def _first_line(text: str) -> str:
 
 
 class NomadOrchestrator:
-    """Implements ``core.Orchestrator`` (plus ``scale`` and ``record``) against Nomad."""
+    """Implements ``plan.Orchestrator`` (plus ``scale`` and ``record``) against Nomad."""
 
     def __init__(
         self,

@@ -24,7 +24,6 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
 from coach_stream.config import load_preset
-from coach_stream.core import TaskState
 from coach_stream.orchestrators import (
     LaunchSettings,
     LocalOrchestrator,
@@ -32,6 +31,7 @@ from coach_stream.orchestrators import (
     build_run_spec,
 )
 from coach_stream.orchestrators.launcher import RunOutcome, follow, prepare_topics
+from coach_stream.orchestrators.plan import TaskState
 from coach_stream.orchestrators.progress import (
     LogFollower,
     RunProgress,

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from coach_stream.core import RunSpec, TaskSpec, TaskState
 from coach_stream.errors import OrchestratorError, ServiceUnavailableError
 from coach_stream.orchestrators import LocalOrchestrator, RunState, SupervisorConfig
 from coach_stream.orchestrators.launcher import follow
+from coach_stream.orchestrators.plan import RunSpec, TaskSpec, TaskState
 from coach_stream.orchestrators.supervisor import last_error_line
 
 FAST = SupervisorConfig(
