@@ -284,7 +284,7 @@ def build_status(telemetry: RunTelemetry, broker: BrokerFigures, now: float) -> 
         state=_run_state(telemetry, rows),
         elapsed_s=elapsed,
         env_steps=trainer.figure("time/env_steps") if trainer else None,
-        eval_mean=telemetry.progress.mean_eval_return,
+        eval_mean=telemetry.mean_eval_return,
         eval_rounds=len(telemetry.evaluations),
         trend=eval_trend(telemetry.evaluations),
         dead_letters=broker.dead_letters,

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from coach_stream.errors import ConfigError, ServiceUnavailableError
+from coach_stream.observability.fold import RunTelemetry
 from coach_stream.orchestrators.plan import Orchestrator
-from coach_stream.orchestrators.progress import RunProgress
 from coach_stream.orchestrators.spec import LaunchSettings
 from coach_stream.orchestrators.state import RunRecord, RunState
 
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-UpdateCallback = Callable[[RunProgress, RunRecord], None]
+UpdateCallback = Callable[[RunTelemetry, RunRecord], None]
 
 
 class TaskLines(Protocol):
@@ -73,7 +73,8 @@ class RunOutcome:
 
     run_id: str
     state: RunState
-    progress: RunProgress
+    progress: RunTelemetry
+    """Every event of the run the follow read."""
     wall_s: float
     """From the start of ``follow`` to the trainer's ``finished`` line (or the run's end)."""
     record: RunRecord
@@ -339,14 +340,14 @@ def follow(
     """
     started = time.monotonic()
     follower = orchestrator.task_lines(run_id)
-    progress = RunProgress(eval_episodes=eval_episodes)
+    progress = RunTelemetry(run_id, eval_episodes=eval_episodes)
     ended_at: float | None = None
     timed_out = False
     outage = _Outage(outage_s)
     try:
         while True:
             for task, line in outage.lines(follower):
-                progress.feed(task, line)
+                progress.feed_line(task, line)
             record = orchestrator.record(run_id)
             if on_update is not None:
                 on_update(progress, record)
@@ -365,7 +366,7 @@ def follow(
     finally:
         orchestrator.stop(run_id)
     for task, line in outage.lines(follower):
-        progress.feed(task, line)
+        progress.feed_line(task, line)
     record = orchestrator.record(run_id)
     if on_update is not None:
         on_update(progress, record)

@@ -1,6 +1,7 @@
 """What an orchestrator is given and reports: a run's tasks, their states, the protocol.
 
-``orchestrators.spec`` builds a ``RunSpec`` from a preset; an ``Orchestrator``
+A ``LaunchPlan`` is a checked launch (the preset, the tasks' settings);
+``orchestrators.spec`` builds its ``RunSpec``; an ``Orchestrator``
 (``LocalOrchestrator``: supervised local processes, ``NomadOrchestrator``: one Nomad job)
 starts it and reports each task as a ``TaskStatus``. ``core`` holds the vocabulary the
 loops speak; these records are the orchestration layer's own.
@@ -12,7 +13,12 @@ import dataclasses
 import enum
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from coach_stream.config import Preset
+    from coach_stream.orchestrators.spec import LaunchSettings
 
 
 class TaskState(enum.StrEnum):
@@ -61,3 +67,17 @@ class Orchestrator(Protocol):
     def logs(self, run_id: str, task: str | None = None) -> Iterator[str]: ...
 
     def stop(self, run_id: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """A validated launch: the preset as the tasks will load it, and their settings."""
+
+    preset: Preset
+    settings: LaunchSettings
+    state_dir: Path
+    """Where a local run keeps run.json and its logs (a failed launch removes its own)."""
+
+    @property
+    def checkpoints(self) -> str:
+        return self.settings.checkpoints
