@@ -29,7 +29,8 @@ from coach_stream.errors import CoachStreamError, ConfigError, OrchestratorError
 from coach_stream.observability.fold import RunTelemetry
 from coach_stream.orchestrators import build_run_spec
 from coach_stream.orchestrators.launcher import discard_launch
-from coach_stream.orchestrators.nomad import NomadConnection, NomadOrchestrator
+from coach_stream.orchestrators.nomad import NomadOrchestrator
+from coach_stream.orchestrators.nomad_connection import NomadConnection
 from coach_stream.orchestrators.nomad_job import (
     GroupResources,
     NomadJobSettings,

@@ -33,6 +33,7 @@ from coach_stream.cli.options import (
 from coach_stream.errors import CoachStreamError, ConfigError
 from coach_stream.observability.fold import RunTelemetry
 from coach_stream.orchestrators import LocalOrchestrator, warm_supervisor, warm_zygote
+from coach_stream.orchestrators.nomad import NomadOrchestrator
 from coach_stream.orchestrators.nomad_job import job_id as nomad_job_id
 from coach_stream.orchestrators.progress import LogFollower, fold_run_logs
 from coach_stream.stack import LocalStack, default_cache_dir
@@ -226,10 +227,8 @@ def logs(
 ) -> None:
     """Print a run's logs: one task's, or all tasks' prefixed with [task] (on Nomad: each
     allocation's stderr then stdout, through the API)."""
-    if _on_nomad(orchestrator_kind, state_dir, run_id, nomad_addr):
-        on_nomad = nomad_cli.orchestrator_for(
-            nomad_addr, nomad_token, nomad_namespace, nomad_region
-        )
+    nomad = (nomad_addr, nomad_token, nomad_namespace, nomad_region)
+    if on_nomad := _nomad_holding(orchestrator_kind, state_dir, run_id, *nomad):
         nomad_cli.logs(on_nomad, run_id, task, follow_logs)
         return
     orchestrator = local_orchestrator(state_dir)
@@ -268,10 +267,8 @@ def stop(
     nomad_region: str | None = nomad_cli.NomadRegionOption,
 ) -> None:
     """Stop a run: SIGTERM every task, SIGKILL what is left after the grace period."""
-    if _on_nomad(orchestrator_kind, state_dir, run_id, nomad_addr):
-        on_nomad = nomad_cli.orchestrator_for(
-            nomad_addr, nomad_token, nomad_namespace, nomad_region
-        )
+    nomad = (nomad_addr, nomad_token, nomad_namespace, nomad_region)
+    if on_nomad := _nomad_holding(orchestrator_kind, state_dir, run_id, *nomad):
         on_nomad.require_job(run_id)  # stopping nothing is a wrong run id, not success
         on_nomad.stop(run_id, purge=purge)
         on_nomad.wait_ended(run_id, 60.0)
@@ -294,6 +291,21 @@ def _on_nomad(
     if local_orchestrator(state_dir).run_dir(run_id).exists():
         return False
     return nomad_cli.nomad_configured(nomad_addr)
+
+
+def _nomad_holding(
+    kind: OrchestratorKind | None,
+    state_dir: Path,
+    run_id: str,
+    addr: str | None,
+    token: str | None,
+    namespace: str | None,
+    region: str | None,
+) -> NomadOrchestrator | None:
+    """The Nomad orchestrator when the run is on Nomad (``_on_nomad``), else None."""
+    if not _on_nomad(kind, state_dir, run_id, addr):
+        return None
+    return nomad_cli.orchestrator_for(addr, token, namespace, region)
 
 
 def register(app: typer.Typer) -> None:

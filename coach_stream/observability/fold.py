@@ -32,6 +32,17 @@ def number(value: object) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def nested(value: object) -> dict[Any, Any]:
+    """A nested event field: a dict in a JSON line, JSON text on the telemetry topic; {}
+    when it is neither."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    return value if isinstance(value, dict) else {}
+
+
 def parse_event(line: str) -> dict[str, Any] | None:
     """The JSON event on a log ``line``, or None for human log lines and partial writes."""
     text = line.strip()

@@ -20,7 +20,6 @@ the trainer's ``coach_stream_eval_mean_return``).
 from __future__ import annotations
 
 import contextlib
-import json
 import socket
 import threading
 import time
@@ -35,7 +34,7 @@ from prometheus_client.registry import Collector
 
 from coach_stream.core import ClosingContext
 from coach_stream.errors import ConfigError
-from coach_stream.observability.fold import number
+from coach_stream.observability.fold import nested, number
 
 PREFIX = "coach_stream_"
 LABELS = ("run_id", "task")
@@ -111,14 +110,7 @@ def derived_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _partition_values(value: object) -> dict[str, float]:
-    if isinstance(value, str):  # nested values travel as JSON text on the telemetry topic
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return {}
-    if not isinstance(value, dict):
-        return {}
-    return {str(p): n for p, v in value.items() if (n := number(v)) is not None}
+    return {str(p): n for p, v in nested(value).items() if (n := number(v)) is not None}
 
 
 class MetricsExporter(Collector):

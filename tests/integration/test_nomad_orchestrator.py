@@ -14,7 +14,8 @@ from nomad_double.fixtures import MakeDouble
 
 from coach_stream.errors import OrchestratorError, ServiceUnavailableError
 from coach_stream.orchestrators import LaunchSettings, build_run_spec
-from coach_stream.orchestrators.nomad import NomadConnection, NomadOrchestrator
+from coach_stream.orchestrators.nomad import NomadOrchestrator
+from coach_stream.orchestrators.nomad_connection import NomadConnection
 from coach_stream.orchestrators.nomad_job import NomadJobSettings, build_job, job_id
 from coach_stream.orchestrators.plan import RunSpec, TaskSpec, TaskState
 
