@@ -185,6 +185,10 @@ def launch(
     2 for bad input (nothing is started), 130 when interrupted.
     """
     started = time.monotonic()  # launch-to-running and launch-to-solved are measured from here
+    nomad_flags = nomad_cli.NomadFlags(
+        nomad_addr, nomad_token, nomad_namespace, nomad_region, driver, image, python,
+        tuple(datacenters), secrets_var, trainer_gpus, start_timeout, dry_run, job_format,
+    )  # fmt: skip
     if dry_run and orchestrator_kind is not OrchestratorKind.nomad:
         raise ConfigError("--dry-run prints a Nomad job; add --orchestrator nomad.")
     # A launcher killed with SIGTERM (a CI timeout, `kill`) stops its run like Ctrl-C does,
@@ -192,28 +196,32 @@ def launch(
     signal.signal(signal.SIGTERM, interrupt)
     if tensorboard is not None:
         check_writable_dir(tensorboard, "--tensorboard")
-    # Preset overrides, so every task sees them too.
     overrides = [*overrides, *_flag_overrides(experience_retention, metrics_port)]
     plan = _plan(
         preset, workers, run_id, checkpoints, kafka, gcs_emulator, seed, overrides, state_dir
     )
-    target: LaunchTarget
-    if orchestrator_kind is OrchestratorKind.local:
-        target = LocalTarget(local_orchestrator(state_dir, plan.settings.kafka_settings()))
-    else:
-        nomad_flags = nomad_cli.NomadFlags(
-            nomad_addr, nomad_token, nomad_namespace, nomad_region, driver, image, python,
-            tuple(datacenters), secrets_var, trainer_gpus, start_timeout, dry_run, job_format,
-        )  # fmt: skip
-        plan, target = nomad_cli.launch_target(plan, nomad_flags)
-        if dry_run:
-            nomad_cli.print_job(target.job(plan), job_format)
-            return
-    run(target, plan, detach=detach, timeout=timeout, started=started, tensorboard=tensorboard)
+    chosen = _target(orchestrator_kind, plan, nomad_flags)
+    if chosen is not None:  # None: --dry-run printed the job
+        run(*chosen, detach=detach, timeout=timeout, started=started, tensorboard=tensorboard)
+
+
+def _target(
+    kind: OrchestratorKind, plan: LaunchPlan, flags: nomad_cli.NomadFlags
+) -> tuple[LaunchTarget, LaunchPlan] | None:
+    """Where the plan runs, and the plan as it runs there; None after a ``--dry-run``."""
+    if kind is OrchestratorKind.local:
+        orchestrator = local_orchestrator(plan.state_dir, plan.settings.kafka_settings())
+        return LocalTarget(orchestrator), plan
+    plan, target = nomad_cli.launch_target(plan, flags)
+    if flags.dry_run:
+        nomad_cli.print_job(target.job(plan), flags.job_format)
+        return None
+    return target, plan
 
 
 def _flag_overrides(experience_retention: str | None, metrics_port: int | None) -> list[str]:
-    """``--experience-retention`` and ``--metrics-port`` as the preset overrides they are."""
+    """``--experience-retention`` and ``--metrics-port`` as the preset overrides they are
+    (so every task sees them too)."""
     flags = {"experience_retention": experience_retention, "metrics_port": metrics_port}
     return [f"{key}={value}" for key, value in flags.items() if value is not None]
 
