@@ -94,6 +94,7 @@ from soak import TICKS_PER_S, _children, _slope, tree_cpu_s
 from coach_stream.algorithms import chunk_spec
 from coach_stream.config import Preset, load_preset
 from coach_stream.envs import probe_shape
+from coach_stream.observability.fold import parse_event
 from coach_stream.orchestrators import (
     LaunchSettings,
     LocalOrchestrator,
@@ -102,7 +103,6 @@ from coach_stream.orchestrators import (
     warm_supervisor,
 )
 from coach_stream.orchestrators.launcher import prepare_topics
-from coach_stream.orchestrators.progress import parse_event
 from coach_stream.transport import clients
 from coach_stream.transport.admin import delete_run_topics
 from coach_stream.transport.backlog import KafkaExperienceBacklog, trainer_group

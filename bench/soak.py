@@ -55,6 +55,7 @@ from typing import Any
 import jsonl
 
 from coach_stream.config import load_preset
+from coach_stream.observability.fold import RunTelemetry
 from coach_stream.orchestrators import (
     LaunchSettings,
     LocalOrchestrator,
@@ -63,7 +64,6 @@ from coach_stream.orchestrators import (
     warm_supervisor,
 )
 from coach_stream.orchestrators.launcher import prepare_topics
-from coach_stream.orchestrators.progress import RunProgress
 from coach_stream.transport.admin import delete_run_topics
 from coach_stream.transport.backlog import KafkaExperienceBacklog, trainer_group
 from coach_stream.transport.settings import KafkaSettings, RunTopics
@@ -175,10 +175,10 @@ def soak(args: argparse.Namespace, kafka: str, state: Path) -> list[dict[str, An
         orchestrator.submit(build_run_spec(launch))
         submitted = True
         follower = orchestrator.task_lines(run_id)
-        progress = RunProgress()
+        progress = RunTelemetry(run_id)
         while True:
             for task, line in follower.poll():
-                progress.feed(task, line)
+                progress.feed_line(task, line)
             record = orchestrator.record(run_id)
             if record.state.terminal or progress.finished is not None:
                 raise RuntimeError(f"run {run_id} ended early ({record.state}); see "
@@ -192,7 +192,8 @@ def soak(args: argparse.Namespace, kafka: str, state: Path) -> list[dict[str, An
             rate = progress.figure("time/env_steps_per_s")  # over its last progress interval
             updates = progress.figure("time/updates_per_s")
             produced = progress.worker_env_steps_per_s
-            held = {task: event.get("limit_wait_s") for task, event in progress.workers.items()
+            held = {task: event.get("limit_wait_s")
+                    for task, event in progress.worker_progress.items()
                     if task.startswith("rollout-")}  # fmt: skip
             lag = probe.unread()
             sample = {

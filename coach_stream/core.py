@@ -2,11 +2,11 @@
 
 Read this module and you know the system. Rollout workers and the trainer reach Kafka
 and the checkpoint store only through these protocols; Kafka and GCS are wired in by the
-entry points (``coach_stream.cli``), an ``Orchestrator`` starts a run's processes (local
-subprocesses; a Nomad implementation is planned, not written), and in-memory
-implementations live in ``coach_stream.testing`` for unit tests. An algorithm is a
-``Learner`` (trainer side) and an ``Actor`` (worker side), built from a preset by its
-builder (``coach_stream.algorithms``).
+entry points (``coach_stream.cli``), an orchestrator starts a run's processes (local
+subprocesses or a Nomad job; its records live in ``coach_stream.orchestrators.plan``),
+and in-memory implementations live in ``coach_stream.testing`` for unit tests. An
+algorithm is a ``Learner`` (trainer side) and an ``Actor`` (worker side), built from a
+preset by its builder (``coach_stream.algorithms``).
 
 The write path mirrors the read path::
 
@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self
@@ -393,50 +393,3 @@ class Learner(Protocol):
         """Everything needed for an exact resume: networks, optimizer, counters."""
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
-
-
-class TaskState(enum.StrEnum):
-    PENDING = "pending"
-    RUNNING = "running"
-    RESTARTING = "restarting"
-    COMPLETE = "complete"
-    FAILED = "failed"
-    STOPPED = "stopped"
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """One process of a run: a trainer, a rollout worker or an evaluator."""
-
-    name: str  # "trainer", "rollout-0", "evaluator"
-    group: str  # "trainer" | "rollout" | "evaluator"
-    argv: tuple[str, ...]
-    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    restart: bool = True  # restart with backoff when it crashes
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    run_id: str
-    tasks: tuple[TaskSpec, ...]
-
-
-@dataclass(frozen=True)
-class TaskStatus:
-    name: str
-    state: TaskState
-    pid: int | None
-    restarts: int
-    exit_code: int | None
-
-
-class Orchestrator(Protocol):
-    """Starts and supervises a run's processes (local subprocesses; Nomad is planned)."""
-
-    def submit(self, spec: RunSpec) -> None: ...
-
-    def status(self, run_id: str) -> list[TaskStatus]: ...
-
-    def logs(self, run_id: str, task: str | None = None) -> Iterator[str]: ...
-
-    def stop(self, run_id: str) -> None: ...

@@ -25,9 +25,9 @@ from coach_stream.errors import CoachStreamError, DeliveryError, ServiceUnavaila
 COMMAND_MODULES: dict[str, str] = {
     "stack": "coach_stream.cli.stack",
     "launch": "coach_stream.cli.launch",
-    "status": "coach_stream.cli.launch",
-    "logs": "coach_stream.cli.launch",
-    "stop": "coach_stream.cli.launch",
+    "status": "coach_stream.cli.run_control",
+    "logs": "coach_stream.cli.run_control",
+    "stop": "coach_stream.cli.run_control",
     "resume": "coach_stream.cli.resume",
     "scale": "coach_stream.cli.nomad",
     "train": "coach_stream.cli.train",

@@ -9,6 +9,7 @@ the non-secret ones in the job's environment, credentials only via ``--secrets-v
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import os
@@ -23,8 +24,13 @@ from rich.table import Table
 from rich.text import Text
 
 from coach_stream.cli.kafka_env import kafka_settings, nomad_task_env
+from coach_stream.cli.live import render
 from coach_stream.errors import CoachStreamError, ConfigError, OrchestratorError
-from coach_stream.orchestrators.nomad import NomadConnection, NomadOrchestrator
+from coach_stream.observability.fold import RunTelemetry
+from coach_stream.orchestrators import build_run_spec
+from coach_stream.orchestrators.launcher import discard_launch
+from coach_stream.orchestrators.nomad import NomadOrchestrator
+from coach_stream.orchestrators.nomad_connection import NomadConnection
 from coach_stream.orchestrators.nomad_job import (
     GroupResources,
     NomadJobSettings,
@@ -32,8 +38,8 @@ from coach_stream.orchestrators.nomad_job import (
     job_hcl,
     job_id,
 )
-from coach_stream.orchestrators.progress import RunProgress
-from coach_stream.transport.settings import KafkaSecurity, KafkaSettings
+from coach_stream.orchestrators.plan import LaunchPlan
+from coach_stream.transport.settings import KafkaSecurity
 
 
 class JobFormat(enum.StrEnum):
@@ -163,33 +169,81 @@ def orchestrator_for(
     return NomadOrchestrator(connection(addr, token, namespace, region), telemetry=telemetry)
 
 
-def read_progress(orchestrator: NomadOrchestrator, run_id: str) -> RunProgress | str:
-    """The run's progress from its telemetry topic, or why it could not be read."""
-    if orchestrator.telemetry is None:
-        return "no Kafka address (pass --kafka or set KAFKA_BOOTSTRAP_SERVERS)"
-    return read_telemetry(orchestrator.telemetry, run_id)
+@dataclass
+class NomadTarget:
+    """``launch`` on Nomad: one job, its allocations awaited, followed on the telemetry topic
+    (``cli.launch.LaunchTarget``)."""
+
+    orchestrator: NomadOrchestrator
+    where: str = " on Nomad"
+
+    def job(self, plan: LaunchPlan) -> dict[str, Any]:
+        return self.orchestrator.job(build_run_spec(plan.settings))
+
+    def check(self, plan: LaunchPlan) -> None:
+        """Nothing beyond ``validate_launch``: Nomad refuses a job id it has at ``submit``."""
+
+    def starting(self, run_id: str, tasks: int) -> str:
+        return (
+            f"run {run_id}: registering Nomad job {job_id(run_id)}, waiting until its {tasks} "
+            "allocations run"
+        )
+
+    def undo(self, plan: LaunchPlan, error: BaseException) -> None:
+        discard_launch(plan.settings, plan.state_dir)  # submit removed its job itself
+
+    def running(self, run_id: str, tasks: int, running_s: float) -> str:
+        return (
+            f"run {run_id}: Nomad job {job_id(run_id)} registered, {tasks} allocations running "
+            f"after {running_s:.1f} s"
+        )
+
+    def detach_hints(self, plan: LaunchPlan) -> list[str]:
+        run_id = plan.settings.run_id
+        return [
+            f"  coach-stream status {run_id} --orchestrator nomad   |   {self.logs_hint(run_id)}",
+            f"  coach-stream scale {run_id} --workers N   |   coach-stream stop {run_id} --purge",
+        ]
+
+    def logs_hint(self, run_id: str) -> str:
+        return f"coach-stream logs {run_id} --orchestrator nomad --task trainer"
 
 
-def read_telemetry(settings: KafkaSettings, run_id: str) -> RunProgress | str:
-    """Every telemetry event of the run so far as one progress view, or why not."""
-    from coach_stream.transport.settings import RunTopics
-    from coach_stream.transport.telemetry import TelemetryReader
+def launch_target(plan: LaunchPlan, flags: NomadFlags) -> tuple[LaunchPlan, NomadTarget]:
+    """The plan as its tasks run on Nomad (``--python``) and the orchestrator for it."""
+    settings = plan.settings
+    if flags.python:
+        plan = dataclasses.replace(
+            plan, settings=dataclasses.replace(settings, python=flags.python)
+        )
+    conn = connection(flags.addr, flags.token, flags.namespace, flags.region)
+    job = job_settings(
+        flags, conn, settings.kafka_bootstrap, settings.gcs_emulator, settings.kafka_security
+    )
+    orchestrator = NomadOrchestrator(
+        conn, job, start_timeout_s=flags.start_timeout_s, telemetry=settings.kafka_settings()
+    )
+    if not flags.dry_run and settings.checkpoints.startswith("file://"):
+        Console(stderr=True, highlight=False, soft_wrap=True).print(
+            f"note: checkpoints in {settings.checkpoints} work on Nomad only when every node "
+            "shares that directory; pass --checkpoints gs://bucket/prefix for a cluster."
+        )
+    return plan, NomadTarget(orchestrator)
 
-    progress = RunProgress()
-    try:
-        with TelemetryReader(settings, RunTopics.for_run(run_id), timeout_s=5.0) as reader:
-            for task, event in reader.read_to_end(10.0):
-                progress.feed_event(task, event)
-    except CoachStreamError as error:
-        return str(error)
-    return progress
 
-
-def status(orchestrator: NomadOrchestrator, run_id: str, as_json: bool, render: Any) -> None:
+def status(orchestrator: NomadOrchestrator, run_id: str, as_json: bool) -> None:
     """``coach-stream status RUN`` for a run on Nomad: allocations + telemetry figures."""
+    from coach_stream.cli.status import fold_run_topic
+
     record = orchestrator.record(run_id)
-    progress = read_progress(orchestrator, run_id)
-    figures = progress if isinstance(progress, RunProgress) else RunProgress()
+    telemetry, error = RunTelemetry(run_id), None
+    if orchestrator.telemetry is None:
+        error = "no Kafka address (pass --kafka or set KAFKA_BOOTSTRAP_SERVERS)"
+    else:
+        try:
+            telemetry = fold_run_topic(orchestrator.telemetry, run_id)
+        except CoachStreamError as unreadable:
+            error = str(unreadable)
     if as_json:
         typer.echo(json.dumps({
             "run_id": run_id,
@@ -200,28 +254,26 @@ def status(orchestrator: NomadOrchestrator, run_id: str, as_json: bool, render: 
                  "exit_code": t.exit_code}
                 for t in record.tasks
             ],
-            "progress": figures.trainer,
-            "mean_eval_return": figures.mean_eval_return,
-            "finished": figures.finished,
-            "telemetry_error": None if isinstance(progress, RunProgress) else progress,
+            "progress": telemetry.trainer_progress,
+            "mean_eval_return": telemetry.mean_eval_return,
+            "finished": telemetry.finished,
+            "telemetry_error": error,
         }))  # fmt: skip
         return
-    out = Console(highlight=False)
     tasks = Table(title=f"run {run_id} on Nomad — {record.state}")
     for column in ("task", "state", "restarts", "exit code"):
         tasks.add_column(column, no_wrap=True)
     for t in record.tasks:
         code = "-" if t.exit_code is None else str(t.exit_code)
         tasks.add_row(t.spec.name, str(t.state), str(t.restarts), code)
-    elapsed = time.time() - record.created_at_ms / 1000
-    table = render(None, figures, record, elapsed)
+    table = render(None, telemetry, record, time.time() - record.created_at_ms / 1000)
     table.title = None
     parts: list[Table | Text] = [tasks, table]
-    if not isinstance(progress, RunProgress):
-        parts.append(Text(f"progress unavailable: {progress}"))
-    if figures.finished:
-        parts.append(Text(f"finished: {json.dumps(figures.finished)}"))
-    out.print(Group(*parts))
+    if error is not None:
+        parts.append(Text(f"progress unavailable: {error}"))
+    if telemetry.finished:
+        parts.append(Text(f"finished: {json.dumps(telemetry.finished)}"))
+    Console(highlight=False).print(Group(*parts))
 
 
 def ended_state(orchestrator: NomadOrchestrator, run_id: str) -> str | None:

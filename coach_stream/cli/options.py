@@ -1,4 +1,4 @@
-"""Options and helpers several commands share (``launch``, ``train``, ``rollout``), defined once.
+"""Options and helpers several commands share (``launch``, ``status``, ``train``, ...).
 
 A task started by ``launch`` gets the same ``--checkpoints`` / ``--set`` / ``--seed`` it was
 launched with, so every command must read them the same way: one definition each here.
@@ -7,6 +7,7 @@ This module imports no torch, so ``launch`` stays quick to start.
 
 from __future__ import annotations
 
+import enum
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -39,6 +40,31 @@ GcsEmulatorOption = typer.Option(
 # numpy's SeedSequence refuses negative entropy, so a negative seed is a usage error.
 SeedOption = typer.Option(None, "--seed", min=0, help="Run seed (default: the preset's).")
 SetOption = typer.Option([], "--set", help="Preset override key=value (repeatable).")
+StateDirOption = typer.Option(
+    DEFAULT_STATE_DIR,
+    "--state-dir",
+    envvar="COACH_STREAM_STATE_DIR",
+    help="Where runs keep run.json and their logs (status/logs/stop look here).",
+)
+TensorBoardOption = typer.Option(
+    None,
+    "--tensorboard",
+    help="Write the run's TensorBoard scalars and metrics.csv under DIR/<run_id>/, from its "
+    "telemetry (docs/observability.md).",
+)
+
+
+class OrchestratorKind(enum.StrEnum):
+    local = "local"
+    nomad = "nomad"
+
+
+WhichOrchestratorOption = typer.Option(
+    None,
+    "--orchestrator",
+    help="Where the run is (default: local if this state dir has it, else nomad when "
+    "NOMAD_ADDR or --nomad-addr is set).",
+)
 
 
 def checkpoint_url(checkpoints: str | None, state_dir: Path = DEFAULT_STATE_DIR) -> str:

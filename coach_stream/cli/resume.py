@@ -16,7 +16,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from coach_stream.cli.launch import StateDirOption, local_orchestrator
+from coach_stream.cli.options import StateDirOption
+from coach_stream.cli.run_control import local_orchestrator
 
 
 def resume(

@@ -45,6 +45,17 @@ def telemetry_exists(settings: KafkaSettings, run_id: str, timeout: float = 5.0)
         return False
 
 
+def fold_run_topic(settings: KafkaSettings, run_id: str, eval_episodes: int = 20) -> RunTelemetry:
+    """Every event on the run's telemetry topic so far, folded; a ``CoachStreamError`` when
+    the topic cannot be read."""
+    telemetry = RunTelemetry(run_id, eval_episodes=eval_episodes)
+    topics = RunTopics.for_run(run_id, settings.topic_prefix)
+    with TelemetryReader(settings, topics, timeout_s=5.0) as reader:
+        for task, event in reader.read_to_end(10.0):
+            telemetry.feed(task, event)
+    return telemetry
+
+
 class StatusSource(ClosingContext):
     """The run's telemetry folded so far and the broker's figures: ``refresh()`` -> status."""
 

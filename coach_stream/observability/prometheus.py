@@ -20,7 +20,6 @@ the trainer's ``coach_stream_eval_mean_return``).
 from __future__ import annotations
 
 import contextlib
-import json
 import socket
 import threading
 import time
@@ -35,6 +34,7 @@ from prometheus_client.registry import Collector
 
 from coach_stream.core import ClosingContext
 from coach_stream.errors import ConfigError
+from coach_stream.observability.fold import nested, number
 
 PREFIX = "coach_stream_"
 LABELS = ("run_id", "task")
@@ -98,17 +98,11 @@ SERIES: tuple[Series, ...] = (
 CONSUMER_LAG = "consumer_lag_records"
 
 
-def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
-
-
 def derived_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
     """The trainer's figures that are sums of reported ones (consumed = kept + stale)."""
     kept, stale = (
-        _number(fields.get("time/env_steps")),
-        _number(fields.get("rollout/dropped_stale_steps")),
+        number(fields.get("time/env_steps")),
+        number(fields.get("rollout/dropped_stale_steps")),
     )
     if kept is None:
         return {}
@@ -116,14 +110,7 @@ def derived_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _partition_values(value: object) -> dict[str, float]:
-    if isinstance(value, str):  # nested values travel as JSON text on the telemetry topic
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return {}
-    if not isinstance(value, dict):
-        return {}
-    return {str(p): n for p, v in value.items() if (n := _number(v)) is not None}
+    return {str(p): n for p, v in nested(value).items() if (n := number(v)) is not None}
 
 
 class MetricsExporter(Collector):
@@ -144,7 +131,7 @@ class MetricsExporter(Collector):
         trainer = self.task == "trainer"
         for series in SERIES:
             key = series.trainer_key if trainer else series.worker_key
-            value = _number(latest.get(key)) if key else None
+            value = number(latest.get(key)) if key else None
             if value is None:
                 continue
             family: Metric

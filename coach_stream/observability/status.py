@@ -13,7 +13,6 @@ same from here; its exit would have been reported.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +26,7 @@ from coach_stream.observability.fold import (
     EvaluationRound,
     RunTelemetry,
     TaskTelemetry,
+    nested,
     number,
 )
 from coach_stream.transport.lag import BrokerFigures
@@ -209,14 +209,7 @@ def _consumed_per_s(trainer: TaskTelemetry) -> float | None:
 
 def reported_positions(trainer: TaskTelemetry | None) -> dict[int, int]:
     """The read positions in the trainer's last progress event (JSON text on the topic)."""
-    value = (trainer.progress or {}).get("rollout/positions") if trainer else None
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return {}
-    if not isinstance(value, dict):
-        return {}
+    value = nested((trainer.progress or {}).get("rollout/positions") if trainer else None)
     return {int(p): int(o) for p, o in value.items() if str(p).isdigit() and isinstance(o, int)}
 
 
@@ -284,7 +277,7 @@ def build_status(telemetry: RunTelemetry, broker: BrokerFigures, now: float) -> 
         state=_run_state(telemetry, rows),
         elapsed_s=elapsed,
         env_steps=trainer.figure("time/env_steps") if trainer else None,
-        eval_mean=telemetry.progress.mean_eval_return,
+        eval_mean=telemetry.mean_eval_return,
         eval_rounds=len(telemetry.evaluations),
         trend=eval_trend(telemetry.evaluations),
         dead_letters=broker.dead_letters,

@@ -1,4 +1,4 @@
-"""Orchestrators: who starts a run's processes (local subprocesses today, Nomad later)."""
+"""Orchestrators: who starts a run's processes (local subprocesses or a Nomad job)."""
 
 from coach_stream.orchestrators.local import LocalOrchestrator
 from coach_stream.orchestrators.spec import (

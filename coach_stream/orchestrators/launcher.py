@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from coach_stream.core import Orchestrator
 from coach_stream.errors import ConfigError, ServiceUnavailableError
-from coach_stream.orchestrators.progress import RunProgress
+from coach_stream.observability.fold import RunTelemetry
+from coach_stream.orchestrators.plan import Orchestrator
 from coach_stream.orchestrators.spec import LaunchSettings
 from coach_stream.orchestrators.state import RunRecord, RunState
 
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-UpdateCallback = Callable[[RunProgress, RunRecord], None]
+UpdateCallback = Callable[[RunTelemetry, RunRecord], None]
 
 
 class TaskLines(Protocol):
@@ -52,11 +52,12 @@ class TaskLines(Protocol):
 
 
 class FollowableOrchestrator(Orchestrator, Protocol):
-    """``core.Orchestrator`` plus what following a run live needs: its tasks' new lines as
+    """``plan.Orchestrator`` plus what following a run live needs: its tasks' new lines as
     they come, the run's record (state, task states) and a wait for its end.
 
-    ``LocalOrchestrator`` reads them from the run's files; another orchestrator (Nomad)
-    would stream its allocations' logs and ask its API. ``follow`` needs nothing else.
+    ``LocalOrchestrator`` reads the record from run.json and the lines from the run's log
+    files (or its telemetry topic); ``NomadOrchestrator`` asks Nomad's API for the record
+    and reads the lines from the telemetry topic. ``follow`` needs nothing else.
     """
 
     def task_lines(self, run_id: str) -> TaskLines: ...
@@ -72,7 +73,8 @@ class RunOutcome:
 
     run_id: str
     state: RunState
-    progress: RunProgress
+    progress: RunTelemetry
+    """Every event of the run the follow read."""
     wall_s: float
     """From the start of ``follow`` to the trainer's ``finished`` line (or the run's end)."""
     record: RunRecord
@@ -342,14 +344,14 @@ def follow(
     """
     started = time.monotonic()
     follower = orchestrator.task_lines(run_id)
-    progress = RunProgress(eval_episodes=eval_episodes)
+    progress = RunTelemetry(run_id, eval_episodes=eval_episodes)
     ended_at: float | None = None
     timed_out = False
     outage = _Outage(outage_s)
     try:
         while True:
             for task, line in outage.lines(follower):
-                progress.feed(task, line)
+                progress.feed_line(task, line)
             record = orchestrator.record(run_id)
             if on_update is not None:
                 on_update(progress, record)
@@ -368,7 +370,7 @@ def follow(
     finally:
         orchestrator.stop(run_id)
     for task, line in outage.lines(follower):
-        progress.feed(task, line)
+        progress.feed_line(task, line)
     record = orchestrator.record(run_id)
     if on_update is not None:
         on_update(progress, record)

@@ -22,10 +22,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from coach_stream.core import RunSpec, TaskState, TaskStatus
 from coach_stream.errors import OrchestratorError
+from coach_stream.orchestrators.plan import RunSpec, TaskState, TaskStatus
 from coach_stream.orchestrators.progress import LogFollower
 from coach_stream.orchestrators.state import (
     TERMINAL_TASK_STATES,
@@ -38,6 +38,10 @@ from coach_stream.orchestrators.state import (
 )
 from coach_stream.orchestrators.zygote_client import SUPERVISOR, ZygoteClient
 from coach_stream.processes import ProcessRecord, popen_detached, tail, terminate_groups
+
+if TYPE_CHECKING:
+    from coach_stream.transport.settings import KafkaSettings
+    from coach_stream.transport.telemetry import TelemetryLines
 
 
 class _Supervisor(Protocol):
@@ -97,7 +101,7 @@ def _end_supervisor(process: _Supervisor, grace_s: float) -> None:
 
 
 class LocalOrchestrator:
-    """Implements ``core.Orchestrator`` with local processes; state lives in ``state_dir``."""
+    """Implements ``plan.Orchestrator`` with local processes; state lives in ``state_dir``."""
 
     def __init__(
         self,
@@ -107,9 +111,13 @@ class LocalOrchestrator:
         python: str = sys.executable,
         start_timeout_s: float = 60.0,
         zygote: ZygoteClient | None = None,
+        telemetry: KafkaSettings | None = None,
     ) -> None:
         """``zygote``: fork each run's supervisor from a warm zygote that outlives launches
-        (``zygote_server``), so a launch does not wait for its imports; None spawns it."""
+        (``zygote_server``), so a launch does not wait for its imports; None spawns it.
+        ``telemetry``: follow a run's tasks on its telemetry topic (as a run on Nomad),
+        not in its log files (``task_lines``)."""
+        self.telemetry = telemetry
         self.state_dir = state_dir.resolve()
         self._config = config or SupervisorConfig()
         self._python = python
@@ -247,9 +255,15 @@ class LocalOrchestrator:
 
     # ------------------------------------------------------------------ beyond the protocol
 
-    def task_lines(self, run_id: str) -> LogFollower:
-        """New lines of the run's task logs on each ``poll()`` (for ``launcher.follow``)."""
-        return LogFollower(self.run_dir(run_id).logs_dir)
+    def task_lines(self, run_id: str) -> LogFollower | TelemetryLines:
+        """The tasks' new lines on each ``poll()`` (for ``launcher.follow``): their events
+        from the run's telemetry topic with ``telemetry``, else their log files' lines."""
+        if self.telemetry is None:
+            return LogFollower(self.run_dir(run_id).logs_dir)
+        from coach_stream.transport.settings import RunTopics
+        from coach_stream.transport.telemetry import TelemetryLines, TelemetryReader
+
+        return TelemetryLines(TelemetryReader(self.telemetry, RunTopics.for_run(run_id)))
 
     def record(self, run_id: str) -> RunRecord:
         """run.json, corrected for a supervisor that died without writing its last word."""

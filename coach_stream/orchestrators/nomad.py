@@ -22,18 +22,16 @@ import functools
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlparse
 
 import requests
 from nomad.api import exceptions as nomad_errors
 
 import nomad
-from coach_stream.core import RunSpec, TaskSpec, TaskState, TaskStatus
-from coach_stream.errors import ConfigError, OrchestratorError, ServiceUnavailableError
+from coach_stream.errors import OrchestratorError, ServiceUnavailableError
+from coach_stream.orchestrators.nomad_connection import NomadConnection
 from coach_stream.orchestrators.nomad_job import NomadJobSettings, build_job, job_id
+from coach_stream.orchestrators.plan import RunSpec, TaskSpec, TaskState, TaskStatus
 from coach_stream.orchestrators.state import RunRecord, RunState, TaskRecord
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 from coach_stream.transport.telemetry import TelemetryLines, TelemetryReader
@@ -41,92 +39,6 @@ from coach_stream.transport.telemetry import TelemetryLines, TelemetryReader
 T = TypeVar("T")
 _ALLOC_NAME = re.compile(r"^.*\.(?P<group>[A-Za-z0-9_-]+)\[(?P<index>\d+)\]$")
 _WAIT = "5s"
-
-
-@dataclass(frozen=True)
-class NomadConnection:
-    """Where Nomad is and how to talk to it, as the ``nomad`` CLI reads it."""
-
-    address: str = "http://127.0.0.1:4646"
-    token: str | None = None
-    namespace: str | None = None
-    region: str | None = None
-    cacert: str | None = None
-    client_cert: str | None = None
-    client_key: str | None = None
-    timeout_s: int = 10
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str], **flags: str | None) -> NomadConnection:
-        """Flags win over ``NOMAD_ADDR``, ``NOMAD_TOKEN``, ``NOMAD_NAMESPACE``,
-        ``NOMAD_REGION``, ``NOMAD_CACERT``, ``NOMAD_CLIENT_CERT``, ``NOMAD_CLIENT_KEY``."""
-        names = {
-            "address": "NOMAD_ADDR",
-            "token": "NOMAD_TOKEN",
-            "namespace": "NOMAD_NAMESPACE",
-            "region": "NOMAD_REGION",
-            "cacert": "NOMAD_CACERT",
-            "client_cert": "NOMAD_CLIENT_CERT",
-            "client_key": "NOMAD_CLIENT_KEY",
-        }
-        values = {key: flags.get(key) or env.get(var) or None for key, var in names.items()}
-        address = values.pop("address") or cls.address
-        if "://" not in address:
-            address = f"http://{address}"
-        if bool(values["client_cert"]) != bool(values["client_key"]):
-            raise OrchestratorError(
-                "NOMAD_CLIENT_CERT and NOMAD_CLIENT_KEY go together; set both or neither."
-            )
-        for key in ("cacert", "client_cert", "client_key"):
-            _check_file(names[key], values[key])
-        return cls(
-            address=_checked_address(address),
-            token=values["token"],
-            namespace=values["namespace"],
-            region=values["region"],
-            cacert=values["cacert"],
-            client_cert=values["client_cert"],
-            client_key=values["client_key"],
-        )
-
-    def client(self) -> nomad.Nomad:
-        cert: tuple[str, ...] = ()
-        if self.client_cert and self.client_key:
-            cert = (self.client_cert, self.client_key)
-        return nomad.Nomad(
-            address=self.address,
-            token=self.token,
-            namespace=self.namespace,
-            region=self.region,
-            timeout=self.timeout_s,
-            # requests' meaning: a CA bundle path, or True for the system's CAs.
-            verify=self.cacert or True,
-            cert=cert,
-        )
-
-
-def _check_file(variable: str, path: str | None) -> None:
-    """A TLS file named by ``NOMAD_CACERT`` & co. is a readable file (requests would raise)."""
-    if path is not None and not Path(path).is_file():
-        raise ConfigError(
-            f"{variable} (or its flag) names {path}, which is not a file; give the PEM "
-            f"file's path or unset {variable}."
-        )
-
-
-def _checked_address(address: str) -> str:
-    """``NOMAD_ADDR`` as a URL Nomad can be reached at; a ``ConfigError`` (bad input)."""
-    parsed = urlparse(address)
-    try:
-        parsed.port  # noqa: B018  (raises ValueError on a port that is not a number)
-    except ValueError:
-        parsed = parsed._replace(netloc="")
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise ConfigError(
-            f"NOMAD_ADDR (or --nomad-addr) {address!r} is not an http(s)://HOST:PORT address; "
-            "fix it, e.g. http://127.0.0.1:4646."
-        )
-    return address.rstrip("/")
 
 
 def task_name(group: str, index: int) -> str:
@@ -142,7 +54,7 @@ def _first_line(text: str) -> str:
 
 
 class NomadOrchestrator:
-    """Implements ``core.Orchestrator`` (plus ``scale`` and ``record``) against Nomad."""
+    """Implements ``plan.Orchestrator`` (plus ``scale`` and ``record``) against Nomad."""
 
     def __init__(
         self,

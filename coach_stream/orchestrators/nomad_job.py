@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from coach_stream.core import RunSpec, TaskSpec
 from coach_stream.errors import ConfigError
+from coach_stream.orchestrators.plan import RunSpec, TaskSpec
 
 SECOND_NS = 1_000_000_000
 GROUPS = ("trainer", "rollout", "evaluator")

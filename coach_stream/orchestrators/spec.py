@@ -1,6 +1,6 @@
 """From a preset to a ``RunSpec``: one trainer, N rollout workers and an evaluator.
 
-The orchestrators (local processes, later Nomad) only start argv lists; what those
+The orchestrators (local processes, Nomad) only start argv lists; what those
 argv lists are is decided here, once, so every orchestrator runs the same commands.
 The tasks find each other only through the run's Kafka topics and checkpoint store,
 which is why every task gets the same ``--kafka`` / ``--checkpoints`` / ``--set``.
@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from coach_stream.core import RunSpec, TaskSpec
 from coach_stream.errors import ConfigError
+from coach_stream.orchestrators.plan import RunSpec, TaskSpec
 from coach_stream.orchestrators.state import SupervisorConfig
 from coach_stream.orchestrators.zygote_client import DEFAULT_IDLE_S, ZygoteClient
 from coach_stream.runids import check_run_id

@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from coach_stream.core import TaskSpec, TaskState, TaskStatus
 from coach_stream.errors import OrchestratorError, RunExistsError
+from coach_stream.orchestrators.plan import TaskSpec, TaskState, TaskStatus
 from coach_stream.processes import ProcessRecord
 from coach_stream.runids import check_run_id
 

@@ -24,8 +24,8 @@ from pathlib import Path
 from types import FrameType
 from typing import BinaryIO, Protocol
 
-from coach_stream.core import TaskState
 from coach_stream.errors import OrchestratorError
+from coach_stream.orchestrators.plan import TaskState
 from coach_stream.orchestrators.state import (
     TERMINAL_TASK_STATES,
     RunDirectory,

@@ -14,8 +14,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from coach_stream.observability.fold import parse_event
 from coach_stream.orchestrators import LocalOrchestrator
-from coach_stream.orchestrators.progress import LogFollower, parse_event
+from coach_stream.orchestrators.progress import LogFollower
 
 Event = tuple[str, dict[str, Any]]
 

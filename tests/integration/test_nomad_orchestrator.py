@@ -12,11 +12,12 @@ import pytest
 from nomad_double import NomadDouble, check_job
 from nomad_double.fixtures import MakeDouble
 
-from coach_stream.core import RunSpec, TaskSpec, TaskState
 from coach_stream.errors import OrchestratorError, ServiceUnavailableError
 from coach_stream.orchestrators import LaunchSettings, build_run_spec
-from coach_stream.orchestrators.nomad import NomadConnection, NomadOrchestrator
+from coach_stream.orchestrators.nomad import NomadOrchestrator
+from coach_stream.orchestrators.nomad_connection import NomadConnection
 from coach_stream.orchestrators.nomad_job import NomadJobSettings, build_job, job_id
+from coach_stream.orchestrators.plan import RunSpec, TaskSpec, TaskState
 
 # A stand-in task: says who it is (and the secret it was given), then waits to be stopped.
 TASK = (

@@ -24,7 +24,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
 from coach_stream.config import load_preset
-from coach_stream.core import TaskState
+from coach_stream.observability.fold import RunTelemetry, parse_event
 from coach_stream.orchestrators import (
     LaunchSettings,
     LocalOrchestrator,
@@ -32,12 +32,8 @@ from coach_stream.orchestrators import (
     build_run_spec,
 )
 from coach_stream.orchestrators.launcher import RunOutcome, follow, prepare_topics
-from coach_stream.orchestrators.progress import (
-    LogFollower,
-    RunProgress,
-    parse_event,
-    read_progress,
-)
+from coach_stream.orchestrators.plan import TaskState
+from coach_stream.orchestrators.progress import LogFollower, fold_run_logs
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -90,11 +86,11 @@ def wait_for(
     orchestrator: LocalOrchestrator,
     run_id: str,
     condition: str,
-    check: Callable[[RunProgress], bool],
-) -> RunProgress:
+    check: Callable[[RunTelemetry], bool],
+) -> RunTelemetry:
     """Follow the logs until ``check(progress)`` holds (e.g. the trainer's 5th version)."""
     follower = LogFollower(orchestrator.run_dir(run_id).logs_dir)
-    progress = RunProgress()
+    progress = RunTelemetry(run_id)
     deadline = time.monotonic() + RUN_TIMEOUT_S
     while not check(progress):
         assert time.monotonic() < deadline, f"{condition} never happened\n" + explain(
@@ -105,7 +101,7 @@ def wait_for(
             + explain(orchestrator, run_id)
         )
         for task, line in follower.poll():
-            progress.feed(task, line)
+            progress.feed_line(task, line)
         time.sleep(0.2)
     return progress
 
@@ -162,7 +158,7 @@ def test_cartpole_ppo_sync_solves_through_the_cli_with_gcs_checkpoints(
     assert f"checkpoint: gs://{bucket.name}/ckpt/" in done.stdout
     assert "final evaluation: mean return" in done.stdout
 
-    progress = read_progress(orchestrator.run_dir(run_id).logs_dir)
+    progress = fold_run_logs(orchestrator.run_dir(run_id).logs_dir, run_id)
     assert progress.finished is not None
     assert progress.finished["eval_mean_return"] >= 475.0
     assert progress.finished["env_steps"] <= load_preset("cartpole-ppo").env_step_budget

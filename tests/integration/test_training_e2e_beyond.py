@@ -16,7 +16,6 @@ import pytest
 from e2e_runs import first_chunk
 
 from coach_stream.config import load_preset
-from coach_stream.core import TaskState
 from coach_stream.orchestrators import (
     LaunchSettings,
     LocalOrchestrator,
@@ -24,6 +23,7 @@ from coach_stream.orchestrators import (
     build_run_spec,
 )
 from coach_stream.orchestrators.launcher import RunOutcome, follow, prepare_topics
+from coach_stream.orchestrators.plan import TaskState
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 

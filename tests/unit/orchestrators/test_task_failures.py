@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from coach_stream.core import RunSpec, TaskSpec, TaskState
 from coach_stream.errors import OrchestratorError, ServiceUnavailableError
 from coach_stream.orchestrators import LocalOrchestrator, RunState, SupervisorConfig
 from coach_stream.orchestrators.launcher import follow
+from coach_stream.orchestrators.plan import RunSpec, TaskSpec, TaskState
 from coach_stream.orchestrators.supervisor import last_error_line
 
 FAST = SupervisorConfig(
@@ -104,7 +104,7 @@ def test_status_shows_the_failure(
 
 
 def test_launch_exit_code_of_a_failed_run(orchestrator: LocalOrchestrator) -> None:
-    from coach_stream.cli.launch import _exit_code
+    from coach_stream.cli.live import exit_code as _exit_code
 
     orchestrator.submit(run_of("d5", REFUSES))
     outcome = follow(orchestrator, "d5", poll_s=0.05)

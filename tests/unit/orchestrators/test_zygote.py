@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from coach_stream.core import RunSpec, TaskSpec, TaskState
 from coach_stream.orchestrators import LocalOrchestrator, RunState, SupervisorConfig
+from coach_stream.orchestrators.plan import RunSpec, TaskSpec, TaskState
 from coach_stream.orchestrators.zygote import forkable_module
 from coach_stream.processes import group_members
 from coach_stream.testing.waiting import wait_until

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from coach_stream.core import RunSpec, TaskSpec, TaskState
 from coach_stream.orchestrators import LocalOrchestrator, RunState, SupervisorConfig
+from coach_stream.orchestrators.plan import RunSpec, TaskSpec, TaskState
 from coach_stream.orchestrators.zygote_client import SUPERVISOR, ZygoteClient, ask, fingerprint
 from coach_stream.processes import ProcessRecord
 from coach_stream.testing.waiting import wait_until

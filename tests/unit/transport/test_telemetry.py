@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from coach_stream.codec.avro import MAGIC
-from coach_stream.orchestrators.progress import RunProgress
+from coach_stream.observability.fold import RunTelemetry
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 from coach_stream.transport.telemetry import (
     TelemetrySink,
@@ -37,8 +37,8 @@ def test_an_event_round_trips_as_the_json_line_would_read() -> None:
     assert event["positions"] == '{"0": 12}'
 
 
-def test_progress_reads_telemetry_events_like_log_lines() -> None:
-    progress = RunProgress(eval_episodes=4)
+def test_the_fold_reads_telemetry_events_like_log_lines() -> None:
+    progress = RunTelemetry("r", eval_episodes=4)
     reported: list[tuple[str, str, dict[str, object]]] = [
         ("trainer", "started", {}),
         ("trainer", "progress", {"time/env_steps": 100}),
@@ -46,7 +46,7 @@ def test_progress_reads_telemetry_events_like_log_lines() -> None:
         ("trainer", "finished", {"reason": "target_reached"}),
     ]
     for task, event, fields in reported:
-        progress.feed_event(*decode_event(encode_event("r", task, event, fields)))
+        progress.feed(*decode_event(encode_event("r", task, event, fields)))
     assert progress.trainer_starts == 1 and progress.env_steps == 100
     assert progress.mean_eval_return == 50.0
     assert progress.finished is not None and progress.finished["reason"] == "target_reached"
