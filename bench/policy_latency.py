@@ -93,7 +93,7 @@ def worker_main(worker_id: int, jobs: Any, reports: Any) -> None:
             return
         run_id, bootstrap, store_url, emulator, versions = job
         settings = KafkaSettings(bootstrap_servers=bootstrap)
-        topics = RunTopics.for_run(run_id, settings.topic_prefix)
+        topics = RunTopics.for_run(run_id)
         with (
             open_store(store_url, gcs_emulator_host=emulator) as store,
             KafkaControlSubscriber(settings, topics) as subscriber,
@@ -159,7 +159,7 @@ def run_case(
 
     run_id = f"bench-{uuid.uuid4().hex[:10]}"
     settings = KafkaSettings(bootstrap_servers=bootstrap)
-    topics = RunTopics.for_run(run_id, settings.topic_prefix)
+    topics = RunTopics.for_run(run_id)
     ensure_run_topics(settings, topics, experience_partitions=1)
     tmp = tempfile.TemporaryDirectory(prefix="policy-latency-")
     bucket = None

@@ -105,7 +105,8 @@ from coach_stream.orchestrators import (
 from coach_stream.orchestrators.launcher import prepare_topics
 from coach_stream.transport import clients
 from coach_stream.transport.admin import delete_run_topics
-from coach_stream.transport.backlog import KafkaExperienceBacklog, trainer_group
+from coach_stream.transport.backlog import KafkaExperienceBacklog
+from coach_stream.transport.names import trainer_group
 from coach_stream.transport.reader import KafkaExperienceReader
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 
@@ -274,7 +275,7 @@ def measure_part(
     top = max(counts)
     run_id = f"bench-scale-{part.name}-{uuid.uuid4().hex[:6]}"
     settings = KafkaSettings(bootstrap_servers=kafka)
-    topics = RunTopics.for_run(run_id, settings.topic_prefix)
+    topics = RunTopics.for_run(run_id)
     orchestrator = LocalOrchestrator(state, config=warm_supervisor(SupervisorConfig(linger_s=2.0)))
     launch = LaunchSettings(
         preset=part.preset_name, run_id=run_id, workers=top, kafka_bootstrap=kafka,
@@ -290,7 +291,7 @@ def measure_part(
     began = time.monotonic()
     try:
         prepare_topics(launch)
-        group = trainer_group(settings, run_id)
+        group = trainer_group(run_id)
         probe = KafkaExperienceBacklog(settings, topics, group, timeout=5.0, retry_after_s=0.0)
         ends = LogEnds(settings, topics, group)
         orchestrator.submit(build_run_spec(launch))

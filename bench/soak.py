@@ -65,7 +65,8 @@ from coach_stream.orchestrators import (
 )
 from coach_stream.orchestrators.launcher import prepare_topics
 from coach_stream.transport.admin import delete_run_topics
-from coach_stream.transport.backlog import KafkaExperienceBacklog, trainer_group
+from coach_stream.transport.backlog import KafkaExperienceBacklog
+from coach_stream.transport.names import trainer_group
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 
 UNREACHABLE = ("env_step_budget=1000000000000", "target_return=1000000000.0")
@@ -157,7 +158,7 @@ def soak(args: argparse.Namespace, kafka: str, state: Path) -> list[dict[str, An
     preset = load_preset(args.preset, overrides)
     run_id = f"bench-soak-{uuid.uuid4().hex[:8]}"
     settings = KafkaSettings(bootstrap_servers=kafka)
-    topics = RunTopics.for_run(run_id, settings.topic_prefix)
+    topics = RunTopics.for_run(run_id)
     orchestrator = LocalOrchestrator(state, config=warm_supervisor(SupervisorConfig(linger_s=2.0)))
     launch = LaunchSettings(
         preset=args.preset, run_id=run_id, workers=args.workers, kafka_bootstrap=kafka,
@@ -170,7 +171,7 @@ def soak(args: argparse.Namespace, kafka: str, state: Path) -> list[dict[str, An
     deadline = began + args.seconds
     try:
         prepare_topics(launch)
-        probe = KafkaExperienceBacklog(settings, topics, trainer_group(settings, run_id),
+        probe = KafkaExperienceBacklog(settings, topics, trainer_group(run_id),
                                        timeout=10.0, retry_after_s=0.0)  # fmt: skip
         orchestrator.submit(build_run_spec(launch))
         submitted = True

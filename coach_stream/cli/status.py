@@ -28,8 +28,8 @@ from coach_stream.observability.status import (
     reported_positions,
 )
 from coach_stream.transport.admin import check_broker
-from coach_stream.transport.backlog import trainer_group
 from coach_stream.transport.lag import BrokerProbe
+from coach_stream.transport.names import trainer_group
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 from coach_stream.transport.telemetry import TelemetryReader
 
@@ -38,7 +38,7 @@ _READ_TO_END_S = 30.0  # the first look reads the whole topic: a long run has ma
 
 def telemetry_exists(settings: KafkaSettings, run_id: str, timeout: float = 5.0) -> bool:
     """Whether the broker answers and has the run's telemetry topic (a run it can show)."""
-    topic = RunTopics.for_run(run_id, settings.topic_prefix).telemetry
+    topic = RunTopics.for_run(run_id).telemetry
     try:
         return topic in check_broker(settings, timeout=timeout).topics
     except ServiceUnavailableError:
@@ -49,7 +49,7 @@ def fold_run_topic(settings: KafkaSettings, run_id: str, eval_episodes: int = 20
     """Every event on the run's telemetry topic so far, folded; a ``CoachStreamError`` when
     the topic cannot be read."""
     telemetry = RunTelemetry(run_id, eval_episodes=eval_episodes)
-    topics = RunTopics.for_run(run_id, settings.topic_prefix)
+    topics = RunTopics.for_run(run_id)
     with TelemetryReader(settings, topics, timeout_s=5.0) as reader:
         for task, event in reader.read_to_end(10.0):
             telemetry.feed(task, event)
@@ -66,10 +66,10 @@ class StatusSource(ClosingContext):
         scalars: ScalarLog | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        topics = RunTopics.for_run(run_id, settings.topic_prefix)
+        topics = RunTopics.for_run(run_id)
         self.telemetry = RunTelemetry(run_id)
         self._reader = TelemetryReader(settings, topics)
-        self._probe = BrokerProbe(settings, topics, trainer_group(settings, run_id))
+        self._probe = BrokerProbe(settings, topics, trainer_group(run_id))
         self._scalars, self._clock = scalars, clock
         self._caught_up = False
 
@@ -153,7 +153,7 @@ class TelemetryScalars(ClosingContext):
     writes what arrived; ``close()`` reads the topic to its end first (the last events)."""
 
     def __init__(self, settings: KafkaSettings, run_id: str, directory: Path) -> None:
-        self._reader = TelemetryReader(settings, RunTopics.for_run(run_id, settings.topic_prefix))
+        self._reader = TelemetryReader(settings, RunTopics.for_run(run_id))
         self._log = ScalarLog(directory, run_id)
         self.path = self._log.path
 

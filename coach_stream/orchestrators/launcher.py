@@ -170,7 +170,7 @@ def check_kafka_run_free(settings: LaunchSettings, timeout_s: float = 10.0) -> N
 
     kafka = settings.kafka_settings()
     metadata = check_broker(kafka, timeout=timeout_s)
-    topics = RunTopics.for_run(settings.run_id, kafka.topic_prefix)
+    topics = RunTopics.for_run(settings.run_id)
     taken = [
         t
         for t in (topics.experience, topics.control, topics.dead_letter, topics.telemetry)
@@ -259,7 +259,7 @@ def claim_run_id(settings: LaunchSettings) -> None:
     from coach_stream.transport.settings import RunTopics
 
     kafka = settings.kafka_settings()
-    topics = RunTopics.for_run(settings.run_id, kafka.topic_prefix)
+    topics = RunTopics.for_run(settings.run_id)
     plans = plan_run_topics(kafka, topics, settings.workers)
     control = next(plan for plan in plans if plan.name == topics.control)
     try:
@@ -286,7 +286,7 @@ def discard_launch(
 
     kafka = settings.kafka_settings()
     with contextlib.suppress(Exception):  # best effort: the launch's own error is the news
-        delete_run_topics(kafka, RunTopics.for_run(settings.run_id, kafka.topic_prefix))
+        delete_run_topics(kafka, RunTopics.for_run(settings.run_id))
     with contextlib.suppress(Exception), _run_store(settings, timeout_s) as store:
         for key in _run_objects(store, settings.run_id):
             store.delete(key)

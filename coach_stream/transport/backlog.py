@@ -22,17 +22,11 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from coach_stream.core import ClosingContext
-from coach_stream.transport import clients, names
+from coach_stream.transport import clients
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 
 log = logging.getLogger(__name__)
 _unanswered_log = clients.RateLimitedLog(log, prefix="")
-
-
-def trainer_group(settings: KafkaSettings, run_id: str) -> str:
-    """``names.trainer_group(run_id)``; ``settings`` is ignored (kept for ``cli/status.py``)."""
-    del settings
-    return names.trainer_group(run_id)
 
 
 class KafkaExperienceBacklog(ClosingContext):

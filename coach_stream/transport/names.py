@@ -29,14 +29,8 @@ class RunTopics:
     """Every task's progress events (``transport/telemetry.py``)."""
 
     @classmethod
-    def for_run(cls, run_id: str, legacy_prefix: str = TOPIC_PREFIX) -> RunTopics:
-        """``run_id``'s topics; ``ConfigError`` if the id is invalid or makes names too long.
-
-        ``legacy_prefix`` is accepted, and must be ``TOPIC_PREFIX``, only for callers that
-        still pass ``settings.topic_prefix``; leave it out.
-        """
-        if legacy_prefix != TOPIC_PREFIX:
-            raise ValueError(f"topic names always start with {TOPIC_PREFIX!r}")
+    def for_run(cls, run_id: str) -> RunTopics:
+        """``run_id``'s topics; ``ConfigError`` if the id is invalid or makes names too long."""
         check_run_id(run_id)
         base = f"{TOPIC_PREFIX}.{run_id}"
         if len(base) + len(".dead-letter") > _MAX_TOPIC:

@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from coach_stream.transport.names import TOPIC_PREFIX, RunTopics
+from coach_stream.transport.names import RunTopics
 
 ConfigValue = str | int | float | bool
 _GUARANTEES = {
@@ -192,14 +192,6 @@ class KafkaSettings(BaseModel):
     extra: dict[str, str] = Field(default_factory=dict)
     """Additional librdkafka settings; they cannot weaken the delivery guarantees, and
     security keys belong in ``security``."""
-
-    @property
-    def topic_prefix(self) -> str:
-        """Always ``names.TOPIC_PREFIX`` (not a setting; see ``transport/names.py``).
-
-        Read-only, kept for callers not yet moved to ``RunTopics.for_run(run_id)`` and
-        ``names.consumer_group``."""
-        return TOPIC_PREFIX
 
     @field_validator("extra")
     @classmethod

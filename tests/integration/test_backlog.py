@@ -18,7 +18,8 @@ from coach_stream.transport import (
     ensure_run_topics,
 )
 from coach_stream.transport.admin import delete_run_topics
-from coach_stream.transport.backlog import KafkaExperienceBacklog, trainer_group
+from coach_stream.transport.backlog import KafkaExperienceBacklog
+from coach_stream.transport.names import trainer_group
 
 RECORDS = 40
 
@@ -53,7 +54,7 @@ def test_backlog_is_the_log_past_the_trainers_position_as_its_reader_commits_it(
         for seq in range(RECORDS):
             writer.write(chunk(seq % 5, seq // 5))
         writer.flush(30)
-    group = trainer_group(settings, "it")
+    group = trainer_group("it")
     with KafkaExperienceBacklog(settings, topics, group) as backlog:
         assert backlog.unread() is None  # the trainer has recorded no position yet
         with KafkaExperienceReader(settings, topics, group, commit_every_s=None) as reader:

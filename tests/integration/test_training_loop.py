@@ -38,6 +38,7 @@ from coach_stream.trainer.dqn import DQN
 from coach_stream.trainer.loop import Trainer
 from coach_stream.transport.admin import ensure_run_topics
 from coach_stream.transport.control import KafkaControlPublisher, KafkaControlSubscriber
+from coach_stream.transport.names import trainer_group
 from coach_stream.transport.reader import KafkaExperienceReader
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 from coach_stream.transport.writer import KafkaExperienceWriter
@@ -55,7 +56,7 @@ class KafkaRun:
     def __post_init__(self) -> None:
         torch.set_num_threads(1)
         self.builder = builder_for(self.preset)
-        self.topics = RunTopics.for_run(self.run_id, self.kafka.topic_prefix)
+        self.topics = RunTopics.for_run(self.run_id)
         ensure_run_topics(self.kafka, self.topics, experience_partitions=self.workers)
         self.trainer_events = EventList()
         self.trainer = self.new_trainer()
@@ -66,7 +67,7 @@ class KafkaRun:
         generator = torch.Generator().manual_seed(
             process_seed(self.preset.seed, 0, SeedRole.TRAINER)
         )
-        group = f"{self.kafka.topic_prefix}.{self.run_id}.trainer"
+        group = trainer_group(self.run_id)
         reader = self.stack.enter_context(KafkaExperienceReader(self.kafka, self.topics, group))
         control = self.stack.enter_context(KafkaControlSubscriber(self.kafka, self.topics))
         publisher = self.stack.enter_context(KafkaControlPublisher(self.kafka, self.topics))

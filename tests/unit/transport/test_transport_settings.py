@@ -20,7 +20,6 @@ from coach_stream.transport import (
     KafkaExperienceWriter,
     KafkaSettings,
     RunTopics,
-    backlog,
     plan_run_topics,
 )
 from coach_stream.transport.names import TOPIC_PREFIX, consumer_group, is_run_topic, trainer_group
@@ -82,18 +81,13 @@ def test_run_topics() -> None:
     assert topics == RunTopics(
         f"{base}.experience", f"{base}.control", f"{base}.dead-letter", f"{base}.telemetry"
     )
-    assert RunTopics.for_run("cartpole-ppo_7", TOPIC_PREFIX) == topics  # callers not yet moved
-    with pytest.raises(ValueError, match="always start with"):
-        RunTopics.for_run("cartpole-ppo_7", "cs")
 
 
 def test_topic_prefix_is_fixed_and_group_ids_have_one_form() -> None:
-    settings = KafkaSettings(bootstrap_servers="h:9092")
-    assert settings.topic_prefix == TOPIC_PREFIX == "coach-stream"
+    assert TOPIC_PREFIX == "coach-stream"
     with pytest.raises(ValidationError):
         KafkaSettings(bootstrap_servers="h:9092", topic_prefix="cs")  # type: ignore[call-arg]
     assert trainer_group("r1") == consumer_group("trainer", "r1") == "coach-stream.r1.trainer"
-    assert backlog.trainer_group(settings, "r1") == trainer_group("r1")
     assert consumer_group("replay.count") == "coach-stream.replay.count"
     one, two = consumer_group("x", private=True), consumer_group("x", private=True)
     assert one.startswith("coach-stream.x.") and one != two
