@@ -39,8 +39,11 @@ test-containers: setup
 kafka-image: setup
 	bash scripts/build-kafka-image.sh
 
+# The fast lane: every test that needs no Kafka, GCS or Docker (unit, fuzz, the Nomad
+# double's own tests, the CLI's bad-input cases), on both cores; under 2 minutes.
 unit: setup
-	$(BIN)/pytest tests/unit -q -m "not slow"
+	$(BIN)/pytest -n 2 -q -p no:cacheprovider tests/unit tests/fuzz tests/nomad_double \
+	  tests/cli/test_bad_input.py -m "not integration"
 
 check: setup
 	$(BIN)/ruff check coach_stream tests bench
