@@ -247,6 +247,29 @@ def stop(record: ProcessRecord, grace_s: float = 15.0) -> None:
 # ---------------------------------------------------------------------------- logs and ports
 
 
+def wait_ready(
+    record: ProcessRecord,
+    answers: Callable[[], bool],
+    timeout: float,
+    died: Callable[[], str],
+    silent: Callable[[], str],
+) -> None:
+    """Poll ``answers()`` until it holds; ``ServiceUnavailableError(died())`` when the process
+    exits first, ``ServiceUnavailableError(silent())`` after ``timeout`` seconds.
+
+    A service's port has no event to wait on, so this polls: ``answers`` should itself wait
+    a little (a request with a timeout); the 50 ms pause only spares a refused port a spin.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not record.is_alive():
+            raise ServiceUnavailableError(died())
+        if answers():
+            return
+        time.sleep(0.05)
+    raise ServiceUnavailableError(silent())
+
+
 def tail(path: Path, lines: int = 20) -> str:
     """The last lines of a log file, for error messages."""
     try:

@@ -30,11 +30,6 @@ class Bound:
     timestamp_ms: int | None = None
     text: str = ""
 
-    @property
-    def is_open(self) -> bool:
-        """``earliest`` as a start, ``latest`` as an end."""
-        return self.offset is None and not self.offsets and self.timestamp_ms is None
-
 
 EARLIEST = Bound(text="earliest")
 LATEST = Bound(text="latest")

@@ -35,13 +35,6 @@ def cartpole_controller(epsilon: float = 0.0) -> Controller:
     return act
 
 
-def random_controller(num_actions: int) -> Controller:
-    def act(obs: npt.NDArray[np.generic], rng: np.random.Generator) -> npt.NDArray[np.int64]:
-        return rng.integers(0, num_actions, len(obs)).astype(np.int64)
-
-    return act
-
-
 @dataclass(frozen=True)
 class Recorded:
     chunks: list[ExperienceChunk]

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+import gymnasium as gym
 import numpy as np
 
 from coach_stream.core import Actor
@@ -72,7 +73,7 @@ def play(
     return returns
 
 
-def _check_renders(env: Any, env_id: str) -> None:
+def _check_renders(env: gym.Env[Any, Any], env_id: str) -> None:
     """The env gives ``rgb_array`` frames here (MuJoCo needs an OpenGL it can load)."""
     try:
         if env.render_mode != "rgb_array":

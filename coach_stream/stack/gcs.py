@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -129,16 +128,15 @@ def create_bucket(url: str, name: str = DEFAULT_BUCKET) -> None:
 
 
 def wait_ready(record: ProcessRecord, url: str, log: Path, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not record.is_alive():
-            raise ServiceUnavailableError(
-                f"fake-gcs-server exited during start-up; its last log lines ({log}):\n"
-                f"{processes.tail(log)}"
-            )
-        if is_healthy(url, timeout=1.0):
-            return
-        time.sleep(0.05)  # polling an HTTP port: there is no event to wait on
-    raise ServiceUnavailableError(
-        f"fake-gcs-server at {url} did not answer within {timeout:.0f} s; see {log}."
+    processes.wait_ready(
+        record,
+        lambda: is_healthy(url, timeout=1.0),
+        timeout,
+        died=lambda: (
+            f"fake-gcs-server exited during start-up; its last log lines ({log}):\n"
+            f"{processes.tail(log)}"
+        ),
+        silent=lambda: (
+            f"fake-gcs-server at {url} did not answer within {timeout:.0f} s; see {log}."
+        ),
     )

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 import uuid
 from dataclasses import dataclass
 from importlib import resources
@@ -222,20 +221,18 @@ def wait_ready(
     record: ProcessRecord, layout: KafkaLayout, bootstrap: str, timeout: float = 120.0
 ) -> None:
     """Block until the broker answers a metadata request, or explain why it did not."""
-    from coach_stream.transport.admin import broker_answers
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not record.is_alive():
-            raise ServiceUnavailableError(
-                f"The Kafka broker exited during start-up; its last log lines "
-                f"({layout.log}):\n{processes.tail(layout.log)}\n{processes.tail(layout.console_log)}"
-            )
-        if broker_answers(bootstrap, timeout=2.0):  # waits up to 2 s while it starts
-            return
-    raise ServiceUnavailableError(
-        f"The Kafka broker at {bootstrap} did not answer within {timeout:.0f} s; "
-        f"see {layout.log}:\n{processes.tail(layout.log)}"
+    processes.wait_ready(
+        record,
+        lambda: is_healthy(bootstrap, timeout=2.0),  # waits up to 2 s while it starts
+        timeout,
+        died=lambda: (
+            f"The Kafka broker exited during start-up; its last log lines ({layout.log}):\n"
+            f"{processes.tail(layout.log)}\n{processes.tail(layout.console_log)}"
+        ),
+        silent=lambda: (
+            f"The Kafka broker at {bootstrap} did not answer within {timeout:.0f} s; "
+            f"see {layout.log}:\n{processes.tail(layout.log)}"
+        ),
     )
 
 

@@ -62,7 +62,7 @@ def recorded_run(services: Services) -> Iterator[str]:
     steps: a dozen episodes end inside it, so a Minari export writes some)."""
     import uuid
 
-    from coach_stream.replay.record import random_controller, record
+    from coach_stream.replay.record import cartpole_controller, record
     from coach_stream.transport.admin import delete_run_topics, ensure_run_topics
     from coach_stream.transport.settings import KafkaSettings, RunTopics
     from coach_stream.transport.writer import KafkaExperienceWriter
@@ -72,7 +72,8 @@ def recorded_run(services: Services) -> Iterator[str]:
     topics = RunTopics.for_run(run_id)
     ensure_run_topics(settings, topics, 1)
     with KafkaExperienceWriter(settings, topics.experience) as writer:
-        record(writer, run_id, "CartPole-v1", random_controller(2), 64, chunk_steps=8)
+        random = cartpole_controller(epsilon=1.0)  # every action drawn at random
+        record(writer, run_id, "CartPole-v1", random, 64, chunk_steps=8)
     yield run_id
     delete_run_topics(settings, topics)
 
