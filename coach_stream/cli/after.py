@@ -85,14 +85,12 @@ def _version_number(text: str) -> int | None:
     return number
 
 
-def _policy(
-    history: RunHistory, version: str, gcs_emulator: str | None
-) -> tuple[LoadedPolicy, Any]:
+def _policy(history: RunHistory, version: str, gcs_emulator: str | None) -> LoadedPolicy:
     """The chosen version, loaded and verified (a damaged object is one line, exit 2)."""
     record = history.version(_version_number(version))
     store = store_of(record, gcs_emulator)
     try:
-        return load_version(history, record, store), store
+        return load_version(history, record, store)
     except IntegrityError as error:
         raise ConfigError(
             f"Version {record.version} of run {history.run_id!r} failed verification ({error}); "
@@ -148,7 +146,7 @@ def play(
             # renders headless (a server, CI). An explicit MUJOCO_GL is kept.
             os.environ.setdefault("MUJOCO_GL", "egl")
     _, history = _open_run(kafka, run_id)
-    policy, _ = _policy(history, version, gcs_emulator)
+    policy = _policy(history, version, gcs_emulator)
     config, _, actor = _greedy_actor(history, policy, preset, overrides)
     typer.echo(f"run {run_id}, version {policy.version.version}, {config.env_id}")
     wrappers = tuple(config.env_wrappers)
@@ -195,7 +193,7 @@ def export_policy(
         raise ConfigError(f"--out {out} is a directory; give the file's path.")
     out.parent.mkdir(parents=True, exist_ok=True)
     _, history = _open_run(kafka, run_id)
-    policy, _ = _policy(history, version, gcs_emulator)
+    policy = _policy(history, version, gcs_emulator)
     _, shape, actor = _greedy_actor(history, policy, preset, overrides)
     example = np.zeros((2, *shape.obs_shape), dtype=np.dtype(shape.obs_dtype))
     partial = out.with_name(f".{out.stem}.partial{out.suffix}")
