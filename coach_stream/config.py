@@ -47,6 +47,11 @@ class NetworkConfig(_Frozen):
     heads)."""
     activation: Literal["tanh", "relu"] = "tanh"
     """The hidden layers' activation function."""
+    pixels: bool | None = None
+    """CNN kinds: whether the uint8 frames are pixels, scaled by 1/255, or small integer
+    codes fed as they are (MiniGrid's object, colour and state indices, at most about 10).
+    Default: codes when ``env_wrappers`` has ``image`` (MiniGrid's symbolic view), pixels
+    otherwise."""
 
     @field_validator("hidden_sizes", "head_sizes")
     @classmethod
@@ -324,6 +329,17 @@ class Preset(_Frozen):
     dqn: DQNConfig | None = None
     sac: SACConfig | None = None
     impala: IMPALAConfig | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pixels_from_wrappers(cls, data: Any) -> Any:
+        """``network.pixels`` unset: MiniGrid's ``image`` view holds indices, not pixels."""
+        if not isinstance(data, dict) or "image" not in (data.get("env_wrappers") or ()):
+            return data
+        network = data.get("network")
+        if network is None or (isinstance(network, dict) and "pixels" not in network):
+            data = {**data, "network": {**(network or {}), "pixels": False}}
+        return data
 
     @field_validator("env_wrappers")
     @classmethod
