@@ -32,14 +32,51 @@ from typing import Any
 
 import numpy as np
 import torch
+from pydantic import Field
 from torch import nn, optim
 
-from coach_stream.config import IMPALAConfig
+from coach_stream.config import FrozenModel
 from coach_stream.core import ExperienceChunk, Ingested
 from coach_stream.policies.networks import ActorCritic, GaussianActorCritic
 from coach_stream.trainer.device import CPU, cpu_state_dict, to_device
 from coach_stream.trainer.state import load_network_state, network_state
 from coach_stream.trainer.steps import StepBatch
+
+
+class IMPALAConfig(FrozenModel):
+    """IMPALA's learner with V-trace targets (Espeholt et al. 2018), ASYNC on-policy."""
+
+    learning_rate: float = Field(default=1e-3, gt=0)
+    """Adam's learning rate (its start value when ``anneal_lr``)."""
+    anneal_lr: bool = False
+    """Decay the learning rate linearly over ``anneal_steps`` env steps, down to a floor of
+    5 % of ``learning_rate`` (as PPO's)."""
+    anneal_steps: int | None = Field(default=None, ge=1)
+    """Default: the preset's env_step_budget."""
+    norm_adv: bool = False
+    """Normalize the policy-gradient advantages within each batch (as PPO's ``norm_adv``)."""
+    gamma: float = Field(default=0.99, gt=0, le=1)
+    """Discount factor of the V-trace targets."""
+    batch_steps: int = Field(default=512, ge=1)
+    """Env steps per gradient step: the newest chunks, whatever version acted them."""
+    rho_bar: float = Field(default=1.0, gt=0)
+    """Truncation of the importance weights in the V-trace targets (rho-bar)."""
+    c_bar: float = Field(default=1.0, gt=0)
+    """Truncation of the trace-cutting weights (c-bar)."""
+    pg_rho_bar: float = Field(default=1.0, gt=0)
+    """Truncation of the importance weight in the policy-gradient term."""
+    vf_coef: float = Field(default=0.5, ge=0)
+    """Weight of the value loss in the loss."""
+    ent_coef: float = Field(default=0.01, ge=0)
+    """Weight of the entropy bonus in the loss."""
+    max_grad_norm: float = Field(default=40.0, gt=0)
+    """Gradients are clipped to this global norm."""
+    max_lag: int = Field(default=50, ge=0)
+    """Chunks acted more than this many versions behind are dropped as stale (counted)."""
+    publish_every: int = Field(default=1, ge=1)
+    """Gradient steps per published policy version (publishing costs a checkpoint write and
+    an announcement; a trainer on a busy machine keeps up by publishing less often)."""
+
 
 _LR_FLOOR = 0.05  # of the initial learning rate: a run past anneal_steps still learns
 LAG_BUCKETS = 5

@@ -27,14 +27,54 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+from pydantic import Field
 from torch import nn, optim
 
-from coach_stream.config import PPOConfig
+from coach_stream.config import FrozenModel
 from coach_stream.core import ExperienceChunk, Ingested
 from coach_stream.policies.networks import ActorCritic, GaussianActorCritic
 from coach_stream.trainer.device import CPU, cpu_state_dict, to_device
 from coach_stream.trainer.state import load_network_state, network_state
 from coach_stream.trainer.steps import StepBatch
+
+
+class PPOConfig(FrozenModel):
+    """Proximal Policy Optimization (CleanRL names; rl-zoo values for the presets)."""
+
+    num_steps: int = Field(default=32, ge=1)
+    """Steps per environment a worker acts with each policy version (its share)."""
+    steps_per_update: int | None = Field(default=None, ge=1)
+    """SYNC quota of steps of version v; default workers * num_envs * num_steps."""
+    learning_rate: float = Field(default=1e-3, gt=0)
+    """Adam's learning rate (its start value when ``anneal_lr``)."""
+    anneal_lr: bool = True
+    """Decay the learning rate linearly over ``anneal_steps`` env steps, down to a floor of
+    5 % of ``learning_rate`` (so a run that goes past ``anneal_steps`` still learns)."""
+    anneal_steps: int | None = Field(default=None, ge=1)
+    """Default: the preset's env_step_budget."""
+    gamma: float = Field(default=0.98, gt=0, le=1)
+    """Discount factor of the returns."""
+    gae_lambda: float = Field(default=0.8, ge=0, le=1)
+    """GAE's lambda: the bias/variance trade-off of the advantage estimates."""
+    minibatch_size: int = Field(default=256, ge=1)
+    """Steps per gradient step; the quota is split into ceil(quota / minibatch_size)."""
+    update_epochs: int = Field(default=20, ge=1)
+    """Passes over each quota of steps (K epochs of minibatch updates)."""
+    norm_adv: bool = True
+    """Normalize the advantages within each minibatch."""
+    clip_coef: float = Field(default=0.2, gt=0)
+    """The surrogate objective's clipping range (epsilon); also the value clip."""
+    clip_vloss: bool = False
+    """Clip the value loss around the values the batch was acted with."""
+    ent_coef: float = Field(default=0.0, ge=0)
+    """Weight of the entropy bonus in the loss."""
+    vf_coef: float = Field(default=0.5, ge=0)
+    """Weight of the value loss in the loss."""
+    max_grad_norm: float = Field(default=0.5, gt=0)
+    """Gradients are clipped to this global norm."""
+    target_kl: float | None = None
+    """Stop the update's epochs early once the approximate KL exceeds it (null: never)."""
+
 
 _BATCH_FIELDS = ("observations", "actions", "log_probs", "values", "advantages", "returns")
 _LR_FLOOR = 0.05  # of the initial learning rate: a run past anneal_steps still learns

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from coach_stream.config import IMPALAConfig, load_preset
+from coach_stream.config import load_preset
 from coach_stream.envs import probe_shape
 from coach_stream.policies.networks import ActorCritic
 from coach_stream.testing.chunks import make_chunk
-from coach_stream.trainer.impala import IMPALA, vtrace
+from coach_stream.trainer.impala import IMPALA, IMPALAConfig, vtrace
 
 
 def test_vtrace_matches_a_hand_computed_case() -> None:
