@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import yaml
 from pydantic import (
@@ -26,11 +26,20 @@ from pydantic import (
 from coach_stream.core import Mode
 from coach_stream.errors import ConfigError
 
+if TYPE_CHECKING:
+    from coach_stream.algorithms.common import Builder
 
-class _Frozen(BaseModel):
+
+class FrozenModel(BaseModel):
+    """A preset section: frozen, unknown keys refused (algorithms' sections derive from it)."""
+
     # allow_inf_nan: a learning rate of .inf or .nan is accepted by YAML and would only
     # show up as every chunk dead-lettered; no field of a preset means it.
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+_Frozen = FrozenModel
+SectionT = TypeVar("SectionT", bound=FrozenModel)
 
 
 class NetworkConfig(_Frozen):
@@ -47,6 +56,11 @@ class NetworkConfig(_Frozen):
     heads)."""
     activation: Literal["tanh", "relu"] = "tanh"
     """The hidden layers' activation function."""
+    pixels: bool | None = None
+    """CNN kinds: whether the uint8 frames are pixels, scaled by 1/255, or small integer
+    codes fed as they are (MiniGrid's object, colour and state indices, at most about 10).
+    Default: codes when ``env_wrappers`` has ``image`` (MiniGrid's symbolic view), pixels
+    otherwise."""
 
     @field_validator("hidden_sizes", "head_sizes")
     @classmethod
@@ -91,148 +105,6 @@ class RolloutConfig(_Frozen):
     the one process every worker feeds, keeps its share of the cores when CPU-bound workers
     outnumber them: 16 Pong workers on 2 cores left it 0.10 CPU s/s and it learned almost
     nothing; with 10 it had 0.6 and read 955 env steps/s (docs/performance.md, Scale)."""
-
-
-class PPOConfig(_Frozen):
-    """Proximal Policy Optimization (CleanRL names; rl-zoo values for the presets)."""
-
-    num_steps: int = Field(default=32, ge=1)
-    """Steps per environment a worker acts with each policy version (its share)."""
-    steps_per_update: int | None = Field(default=None, ge=1)
-    """SYNC quota of steps of version v; default workers * num_envs * num_steps."""
-    learning_rate: float = Field(default=1e-3, gt=0)
-    """Adam's learning rate (its start value when ``anneal_lr``)."""
-    anneal_lr: bool = True
-    """Decay the learning rate linearly over ``anneal_steps`` env steps, down to a floor of
-    5 % of ``learning_rate`` (so a run that goes past ``anneal_steps`` still learns)."""
-    anneal_steps: int | None = Field(default=None, ge=1)
-    """Default: the preset's env_step_budget."""
-    gamma: float = Field(default=0.98, gt=0, le=1)
-    """Discount factor of the returns."""
-    gae_lambda: float = Field(default=0.8, ge=0, le=1)
-    """GAE's lambda: the bias/variance trade-off of the advantage estimates."""
-    minibatch_size: int = Field(default=256, ge=1)
-    """Steps per gradient step; the quota is split into ceil(quota / minibatch_size)."""
-    update_epochs: int = Field(default=20, ge=1)
-    """Passes over each quota of steps (K epochs of minibatch updates)."""
-    norm_adv: bool = True
-    """Normalize the advantages within each minibatch."""
-    clip_coef: float = Field(default=0.2, gt=0)
-    """The surrogate objective's clipping range (epsilon); also the value clip."""
-    clip_vloss: bool = False
-    """Clip the value loss around the values the batch was acted with."""
-    ent_coef: float = Field(default=0.0, ge=0)
-    """Weight of the entropy bonus in the loss."""
-    vf_coef: float = Field(default=0.5, ge=0)
-    """Weight of the value loss in the loss."""
-    max_grad_norm: float = Field(default=0.5, gt=0)
-    """Gradients are clipped to this global norm."""
-    target_kl: float | None = None
-    """Stop the update's epochs early once the approximate KL exceeds it (null: never)."""
-
-
-class DQNConfig(_Frozen):
-    """Deep Q-learning with double-Q targets, a replay buffer and a samples-per-insert limit."""
-
-    learning_rate: float = Field(default=2.3e-3, gt=0)
-    """Adam's learning rate."""
-    buffer_size: int = Field(default=100_000, ge=1)
-    """Transitions the replay buffer holds (the oldest are replaced)."""
-    batch_size: int = Field(default=64, ge=1)
-    """Transitions per gradient step."""
-    gamma: float = Field(default=0.99, gt=0, le=1)
-    """Discount factor of the targets."""
-    learning_starts: int = Field(default=1_000, ge=0)
-    """Env steps in the buffer before the first gradient step."""
-    samples_per_insert: float = Field(default=32.0, gt=0)
-    """Sampled transitions per inserted transition (Reverb's limiter; rl-zoo: 128*64/256)."""
-    spi_tolerance: float = Field(default=2_048.0, ge=0)
-    """Slack, in samples, before the limiter makes the trainer stop sampling or reading."""
-    target_update_every: int = Field(default=128, ge=1)
-    """Gradient steps between target-network syncs."""
-    tau: float = Field(default=1.0, gt=0, le=1)
-    """Polyak factor of each target-network sync (1.0: a copy)."""
-    double_q: bool = True
-    """Double-Q targets: the online network picks the next action, the target net values it."""
-    publish_every: int = Field(default=128, ge=1)
-    """Gradient steps between policy versions."""
-    exploration_initial_eps: float = Field(default=1.0, ge=0, le=1)
-    """Epsilon of the workers' epsilon-greedy policy at the start."""
-    exploration_final_eps: float = Field(default=0.04, ge=0, le=1)
-    """Epsilon once ``exploration_steps`` env steps have passed."""
-    exploration_steps: int = Field(default=8_000, ge=1)
-    """Env steps (as counted by the trainer) over which epsilon decays linearly."""
-    max_grad_norm: float = Field(default=10.0, gt=0)
-    """Gradients are clipped to this global norm."""
-
-
-class SACConfig(_Frozen):
-    """Soft Actor-Critic for continuous actions (Haarnoja et al. 2018; CleanRL/SB3 names)."""
-
-    policy_lr: float = Field(default=1e-3, gt=0)
-    """Adam's learning rate of the policy."""
-    q_lr: float = Field(default=1e-3, gt=0)
-    """Adam's learning rate of the two Q-networks and of the temperature (``autotune``)."""
-    buffer_size: int = Field(default=1_000_000, ge=1)
-    """Transitions the replay buffer holds (the oldest are replaced)."""
-    batch_size: int = Field(default=256, ge=1)
-    """Transitions per gradient step."""
-    gamma: float = Field(default=0.99, gt=0, le=1)
-    """Discount factor of the targets."""
-    tau: float = Field(default=0.005, gt=0, le=1)
-    """Polyak factor of the target Q-networks, applied after every gradient step."""
-    learning_starts: int = Field(default=1_000, ge=0)
-    """Env steps in the buffer before the first gradient step; until the trainer has
-    consumed this many, workers act uniformly at random in the bounds."""
-    samples_per_insert: float = Field(default=256.0, gt=0)
-    """Sampled transitions per inserted one (256: one gradient step per env step, SB3's)."""
-    spi_tolerance: float = Field(default=8_192.0, ge=0)
-    """Slack, in samples, before the limiter makes the trainer stop sampling or reading."""
-    policy_frequency: int = Field(default=1, ge=1)
-    """Gradient steps per policy (and temperature) step (CleanRL uses 2, SB3 1)."""
-    alpha: float = Field(default=1.0, gt=0)
-    """The entropy temperature (its initial value when ``autotune``)."""
-    autotune: bool = True
-    """Learn alpha toward ``target_entropy`` (default -|A|, the SAC paper's)."""
-    target_entropy: float | None = None
-    """The entropy ``autotune`` steers toward (null: -|A|, the action dimension)."""
-    publish_every: int = Field(default=64, ge=1)
-    """Gradient steps between policy versions."""
-
-
-class IMPALAConfig(_Frozen):
-    """IMPALA's learner with V-trace targets (Espeholt et al. 2018), ASYNC on-policy."""
-
-    learning_rate: float = Field(default=1e-3, gt=0)
-    """Adam's learning rate (its start value when ``anneal_lr``)."""
-    anneal_lr: bool = False
-    """Decay the learning rate linearly over ``anneal_steps`` env steps, down to a floor of
-    5 % of ``learning_rate`` (as PPO's)."""
-    anneal_steps: int | None = Field(default=None, ge=1)
-    """Default: the preset's env_step_budget."""
-    norm_adv: bool = False
-    """Normalize the policy-gradient advantages within each batch (as PPO's ``norm_adv``)."""
-    gamma: float = Field(default=0.99, gt=0, le=1)
-    """Discount factor of the V-trace targets."""
-    batch_steps: int = Field(default=512, ge=1)
-    """Env steps per gradient step: the newest chunks, whatever version acted them."""
-    rho_bar: float = Field(default=1.0, gt=0)
-    """Truncation of the importance weights in the V-trace targets (rho-bar)."""
-    c_bar: float = Field(default=1.0, gt=0)
-    """Truncation of the trace-cutting weights (c-bar)."""
-    pg_rho_bar: float = Field(default=1.0, gt=0)
-    """Truncation of the importance weight in the policy-gradient term."""
-    vf_coef: float = Field(default=0.5, ge=0)
-    """Weight of the value loss in the loss."""
-    ent_coef: float = Field(default=0.01, ge=0)
-    """Weight of the entropy bonus in the loss."""
-    max_grad_norm: float = Field(default=40.0, gt=0)
-    """Gradients are clipped to this global norm."""
-    max_lag: int = Field(default=50, ge=0)
-    """Chunks acted more than this many versions behind are dropped as stale (counted)."""
-    publish_every: int = Field(default=1, ge=1)
-    """Gradient steps per published policy version (publishing costs a checkpoint write and
-    an announcement; a trainer on a busy machine keeps up by publishing less often)."""
 
 
 class NormalizeConfig(_Frozen):
@@ -284,17 +156,23 @@ class TrainerConfig(_Frozen):
 
 
 class Preset(_Frozen):
-    """Everything a run needs except where its services are (those come from flags)."""
+    """Everything a run needs except where its services are (those come from flags).
+
+    The algorithm's own section (``ppo:``, ``dqn:``, ...) and its mode come from its builder
+    (``coach_stream.algorithms``): each builder declares a ``Preset`` subclass with its
+    section, and a preset validates as their union, discriminated on ``algorithm``."""
 
     name: str
     """The preset's name (a built-in preset's file name; a YAML file's stem by default)."""
     env_id: str
     """The gymnasium environment id every worker and the evaluator make."""
-    algorithm: Literal["ppo", "dqn", "sac", "impala"]
-    """The learner; it needs the section of the same name."""
+    algorithm: str
+    """The learner (``ppo``, ``dqn``, ``sac``, ``impala``: ``coach_stream.algorithms.BUILDERS``);
+    it needs the section of the same name."""
     mode: Mode
     """``sync``: on-policy, each version's quota is gathered before an update (PPO); ``async``:
-    nobody waits (DQN, SAC, IMPALA)."""
+    nobody waits (DQN, SAC, IMPALA). Set by the algorithm's builder; a preset may state it,
+    and a wrong one is an error."""
     target_return: float
     """The run ends when the mean of the last ``eval_episodes`` greedy returns reaches it."""
     eval_episodes: int = Field(default=20, ge=1)
@@ -320,10 +198,27 @@ class Preset(_Frozen):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     normalize: NormalizeConfig = Field(default_factory=NormalizeConfig)
-    ppo: PPOConfig | None = None
-    dqn: DQNConfig | None = None
-    sac: SACConfig | None = None
-    impala: IMPALAConfig | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mode_from_builder(cls, data: Any) -> Any:
+        """No ``mode``: the one the algorithm's builder runs in."""
+        if isinstance(data, dict) and "mode" not in data:
+            builder = _builder_type(data.get("algorithm"))
+            if builder is not None:
+                data = {**data, "mode": builder.mode}
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pixels_from_wrappers(cls, data: Any) -> Any:
+        """``network.pixels`` unset: MiniGrid's ``image`` view holds indices, not pixels."""
+        if not isinstance(data, dict) or "image" not in (data.get("env_wrappers") or ()):
+            return data
+        network = data.get("network")
+        if network is None or (isinstance(network, dict) and "pixels" not in network):
+            data = {**data, "network": {**(network or {}), "pixels": False}}
+        return data
 
     @field_validator("env_wrappers")
     @classmethod
@@ -350,34 +245,33 @@ class Preset(_Frozen):
         return value
 
     @model_validator(mode="after")
-    def _algorithm_matches(self) -> Preset:
-        if self.algorithm == "ppo" and self.ppo is None:
-            raise ValueError("algorithm 'ppo' needs a 'ppo:' section")
-        if self.algorithm == "dqn" and self.dqn is None:
-            raise ValueError("algorithm 'dqn' needs a 'dqn:' section")
-        if self.algorithm == "ppo" and self.mode is not Mode.SYNC:
-            raise ValueError("PPO is on-policy and runs only in mode 'sync'")
-        for name in ("sac", "impala"):
-            if self.algorithm == name and getattr(self, name) is None:
-                raise ValueError(f"algorithm {name!r} needs a '{name}:' section")
-            if self.algorithm == name and self.mode is not Mode.ASYNC:
-                raise ValueError(
-                    f"{name.upper()} learns from workers that never wait: mode 'async'"
-                )
-        return self
-
-    @model_validator(mode="after")
-    def _normalize_fits(self) -> Preset:
-        if self.normalize.enabled and self.algorithm in ("dqn", "sac"):
+    def _fits_the_builder(self) -> Preset:
+        builder = _builder_type(self.algorithm)
+        if builder is None:
+            return self  # only a builder's own subclass validates (``preset_from_mapping``)
+        if getattr(self, self.algorithm, None) is None:
+            raise ValueError(f"algorithm {self.algorithm!r} needs a '{self.algorithm}:' section")
+        if self.mode is not builder.mode:
             raise ValueError(
-                f"normalize is for the on-policy learners (ppo, impala): {self.algorithm}'s "
-                "replay buffer would mix experience normalised with different statistics; "
-                "remove the normalize section (rl-zoo runs DQN and SAC without it)"
+                f"{self.algorithm.upper()} runs only in mode {builder.mode.value!r}: "
+                f"{builder.mode_reason}"
+            )
+        if self.normalize.enabled and builder.normalize_refusal is not None:
+            raise ValueError(
+                f"normalize is for the on-policy learners, not {self.algorithm}: "
+                f"{builder.normalize_refusal}; remove the normalize section (rl-zoo runs DQN "
+                "and SAC without it)"
             )
         return self
 
     def check_normalizable(self, obs_shape: tuple[int, ...], obs_dtype: str) -> None:
-        """Refuse observation normalisation of image observations (3-D uint8 frames)."""
+        """Refuse normalisation where the builder does, and of image observations."""
+        builder = _builder_type(self.algorithm)
+        if builder is not None and builder.normalize_refusal is not None:
+            raise ConfigError(
+                f"Preset {self.name!r} normalises experience, but {self.algorithm} cannot: "
+                f"{builder.normalize_refusal}; remove the normalize section."
+            )
         if self.normalize.observations and len(obs_shape) == 3 and obs_dtype == "uint8":
             raise ConfigError(
                 f"Preset {self.name!r} normalises observations, but {self.env_id} gives "
@@ -385,10 +279,27 @@ class Preset(_Frozen):
                 "normalize.observations to false."
             )
 
+    def section_of(self, kind: type[SectionT]) -> SectionT:
+        """The algorithm's section as the settings model ``kind`` its builder expects."""
+        section = self.section
+        if not isinstance(section, kind):
+            raise ConfigError(
+                f"Preset {self.name!r} has no {kind.__name__} section for {self.algorithm}."
+            )
+        return section
+
+    @property
+    def section(self) -> FrozenModel:
+        """The algorithm's own section (``ppo:`` for ``algorithm: ppo``)."""
+        value = getattr(self, self.algorithm, None)
+        if not isinstance(value, FrozenModel):
+            raise ConfigError(f"Preset {self.name!r} has no '{self.algorithm}:' section; add one.")
+        return value
+
     @property
     def discount(self) -> float:
         """The algorithm's gamma: what reward normalisation discounts returns with by default."""
-        section = getattr(self, self.algorithm)
+        section: Any = self.section
         return float(section.gamma)
 
     @model_validator(mode="after")
@@ -408,29 +319,12 @@ class Preset(_Frozen):
             )
         return self
 
-    @property
-    def ppo_config(self) -> PPOConfig:
-        if self.ppo is None:
-            raise ConfigError(f"Preset {self.name!r} has no 'ppo:' section; add one.")
-        return self.ppo
 
-    @property
-    def sac_config(self) -> SACConfig:
-        if self.sac is None:
-            raise ConfigError(f"Preset {self.name!r} has no 'sac:' section; add one.")
-        return self.sac
+def _builder_type(algorithm: object) -> type[Builder] | None:
+    """The builder class registered for ``algorithm`` (None: no such algorithm)."""
+    from coach_stream.algorithms import BUILDERS  # the registry imports this module
 
-    @property
-    def impala_config(self) -> IMPALAConfig:
-        if self.impala is None:
-            raise ConfigError(f"Preset {self.name!r} has no 'impala:' section; add one.")
-        return self.impala
-
-    @property
-    def dqn_config(self) -> DQNConfig:
-        if self.dqn is None:
-            raise ConfigError(f"Preset {self.name!r} has no 'dqn:' section; add one.")
-        return self.dqn
+    return BUILDERS.get(algorithm) if isinstance(algorithm, str) else None
 
 
 def builtin_presets() -> list[str]:
@@ -502,20 +396,31 @@ def apply_override(data: dict[str, Any], override: str) -> None:
         raise ConfigError(f"Override {override!r} has an unparsable value; quote it.") from error
 
 
-def _describe(error: ValidationError, where: str) -> ConfigError:
+def _describe(error: ValidationError, where: str, algorithm: object) -> ConfigError:
     first = error.errors()[0]
-    key = ".".join(str(part) for part in first["loc"]) or "<root>"
+    loc = first["loc"]
+    if loc and loc[0] == algorithm:
+        loc = loc[1:]  # the union's tag: the algorithm's preset class
+    if first["type"] in ("union_tag_invalid", "union_tag_not_found"):
+        loc = ("algorithm",)
+    key = ".".join(str(part) for part in loc) or "<root>"
     if first["type"] == "extra_forbidden":
         return ConfigError(f"Unknown key {key!r} in preset {where!r}; remove or correct it.")
     return ConfigError(f"Invalid value for {key!r} in preset {where!r}: {first['msg']}; fix it.")
 
 
 def preset_from_mapping(data: Mapping[str, Any], where: str = "<mapping>") -> Preset:
-    """Validate a preset already parsed from YAML (or built in a test)."""
+    """Validate a preset already parsed from YAML (or built in a test) as the preset class
+    of its algorithm (``coach_stream.algorithms.presets``: the discriminated union)."""
+    from coach_stream.algorithms import BUILDERS, presets
+
+    algorithm = data.get("algorithm")
+    # ``ppo: null`` after switching a preset to another algorithm: no section, not a key
+    mapping = {k: v for k, v in data.items() if not (v is None and k in BUILDERS)}
     try:
-        return Preset.model_validate(dict(data))
+        return presets().validate_python(mapping)
     except ValidationError as error:
-        raise _describe(error, where) from None
+        raise _describe(error, where, algorithm) from None
 
 
 def load_preset(name_or_path: str, overrides: Sequence[str] = ()) -> Preset:

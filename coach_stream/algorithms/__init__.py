@@ -6,18 +6,22 @@ a worker's or the evaluator's ``Actor``, and the settings that depend on the alg
 the trainer refills a replay buffer from the log on resume). The entry points and the
 tests ask ``builder_for(preset)`` and never branch on the algorithm's name.
 
-Adding an algorithm (docs/algorithms.md, "Adding an algorithm"): write its learner,
-actor and builder (one new module here, or a learner file in ``trainer/`` beside it),
-give it a hyperparameter section in ``config.py``, and add one line to ``BUILDERS``.
+Adding an algorithm (docs/algorithms.md, "Adding an algorithm"): write its learner, its
+settings section and its builder (one new module here, or a learner file in ``trainer/``
+beside it); the builder declares its mode, its preset class (``Preset`` plus its section)
+and what it refuses, and one line in ``BUILDERS`` registers it. ``config.py`` is untouched:
+a preset validates as the union of the registered preset classes (``presets``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Protocol
+from functools import cache
+from typing import Annotated, Any, Protocol, Union
 
 import torch
+from pydantic import Field, TypeAdapter
 
+from coach_stream.algorithms.common import Builder
 from coach_stream.algorithms.dqn import DQNBuilder
 from coach_stream.algorithms.impala import IMPALABuilder
 from coach_stream.algorithms.ppo import PPOBuilder
@@ -47,7 +51,7 @@ class AlgorithmBuilder(Protocol):
         """The trainer loop's settings for this algorithm."""
 
 
-BUILDERS: dict[str, Callable[[Preset], AlgorithmBuilder]] = {
+BUILDERS: dict[str, type[Builder]] = {
     "ppo": PPOBuilder,
     "dqn": DQNBuilder,
     "sac": SACBuilder,
@@ -63,7 +67,8 @@ def chunk_spec(preset: Preset, run_id: str, shape: EnvShape) -> ChunkSpec:
     squashed policy must also stay within the bounds (a Gaussian PPO/IMPALA sample is
     written unclipped and clipped by the env, so only its finiteness is checked).
     """
-    bounds = (shape.action_low, shape.action_high) if preset.algorithm == "sac" else None
+    bounded = BUILDERS[preset.algorithm].bounded_actions
+    bounds = (shape.action_low, shape.action_high) if bounded else None
     return ChunkSpec(
         run_id,
         shape.obs_shape,
@@ -73,6 +78,14 @@ def chunk_spec(preset: Preset, run_id: str, shape: EnvShape) -> ChunkSpec:
         shape.action_shape,
         bounds if shape.continuous else None,
     )
+
+
+@cache
+def presets() -> TypeAdapter[Preset]:
+    """Every registered algorithm's preset class, discriminated on ``algorithm``."""
+    members: Any = tuple(builder.preset_type for builder in BUILDERS.values())
+    union: Any = Annotated[Union[members], Field(discriminator="algorithm")]  # noqa: UP007
+    return TypeAdapter(union)
 
 
 def builder_for(preset: Preset) -> AlgorithmBuilder:

@@ -2,16 +2,71 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 
 from coach_stream.config import Preset
-from coach_stream.core import Actor
+from coach_stream.core import Actor, Learner, Mode
 from coach_stream.envs import EnvShape
 from coach_stream.policies.actors import GaussianPPOActor, PPOActor
 from coach_stream.policies.networks import ActorCritic, GaussianActorCritic
 from coach_stream.rollout.worker import WorkerSettings
 from coach_stream.trainer.device import resolve_device
 from coach_stream.trainer.loop import TrainerSettings
+
+REPLAY_MIXES_STATISTICS = (
+    "its replay buffer would mix experience normalised with different statistics"
+)
+"""Why an off-policy builder refuses the ``normalize`` section."""
+
+
+class Builder:
+    """What every builder class declares (``coach_stream.algorithms.AlgorithmBuilder`` is what
+    its instances do); a preset reads these before any builder is made."""
+
+    mode: ClassVar[Mode]
+    """SYNC (workers wait for each version: on-policy quotas) or ASYNC (nobody waits)."""
+    mode_reason: ClassVar[str]
+    """Why, for the error a preset with the other mode gets."""
+    normalize_refusal: ClassVar[str | None] = None
+    """Why the ``normalize`` section cannot apply (None: it can)."""
+    bounded_actions: ClassVar[bool] = False
+    """The trainer's door checks that continuous actions lie within the env's bounds."""
+    preset_type: ClassVar[type[Preset]]
+    """``Preset`` with the algorithm's section: its member of the presets' union."""
+    behaviour: ClassVar[bool] = True
+    """Chunks carry the behaviour columns (log-probs and values: the on-policy learners)."""
+    refill: ClassVar[bool] = False
+    """A resuming trainer re-reads the log into replay (the off-policy learners)."""
+
+    def __init__(self, preset: Preset) -> None:
+        self.preset = preset
+
+    @property
+    def share_steps(self) -> int:
+        """Steps per env between two looks for a newer version (one chunk's worth, unless
+        the algorithm's own rule says otherwise)."""
+        return self.preset.rollout.chunk_steps
+
+    def make_learner(self, shape: EnvShape, workers: int, generator: torch.Generator) -> Learner:
+        raise NotImplementedError
+
+    def make_actor(self, shape: EnvShape, greedy: bool, seed: int) -> Actor:
+        raise NotImplementedError
+
+    def make_worker_settings(self, run_id: str, worker_id: int) -> WorkerSettings:
+        return worker_settings(self.preset, run_id, worker_id, self.share_steps, self.behaviour)
+
+    def make_trainer_settings(self, run_id: str) -> TrainerSettings:
+        return trainer_settings(self.preset, run_id, refill=self.refill)
+
+
+class ActorCriticBuilder(Builder):
+    """The on-policy builders' common part: actor-critic actors and behaviour columns."""
+
+    def make_actor(self, shape: EnvShape, greedy: bool, seed: int) -> Actor:
+        return actor_critic_actor(self.preset, shape, greedy, seed)
 
 
 def learner_device(preset: Preset) -> torch.device:

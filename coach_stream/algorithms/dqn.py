@@ -7,28 +7,46 @@ to its stored positions into the replay buffer (the log is the replay).
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 
-from coach_stream.algorithms.common import learner_device, trainer_settings, worker_settings
+from coach_stream.algorithms.common import (
+    REPLAY_MIXES_STATISTICS,
+    Builder,
+    learner_device,
+)
 from coach_stream.config import Preset
-from coach_stream.core import Actor, Learner
+from coach_stream.core import Actor, Learner, Mode
 from coach_stream.envs import EnvShape
 from coach_stream.errors import ConfigError
 from coach_stream.policies.actors import DQNActor
 from coach_stream.policies.networks import QNetwork
-from coach_stream.rollout.worker import WorkerSettings
-from coach_stream.trainer.dqn import DQN
-from coach_stream.trainer.loop import TrainerSettings
+from coach_stream.trainer.dqn import DQN, DQNConfig
 
 
-class DQNBuilder:
-    def __init__(self, preset: Preset) -> None:
-        self.preset, self.config = preset, preset.dqn_config
+class DQNPreset(Preset):
+    """A preset of algorithm ``dqn``: the common keys and the ``dqn:`` section."""
+
+    algorithm: Literal["dqn"]
+    dqn: DQNConfig | None = None
 
     @property
-    def share_steps(self) -> int:
-        """Steps per env between two looks for a newer version (one chunk's worth)."""
-        return self.preset.rollout.chunk_steps
+    def dqn_config(self) -> DQNConfig:
+        return self.section_of(DQNConfig)
+
+
+class DQNBuilder(Builder):
+    mode = Mode.ASYNC
+    mode_reason = "DQN learns off-policy from workers that never wait"
+    normalize_refusal = REPLAY_MIXES_STATISTICS
+    behaviour = False
+    refill = True
+    preset_type = DQNPreset
+
+    def __init__(self, preset: Preset) -> None:
+        super().__init__(preset)
+        self.config = preset.section_of(DQNConfig)
 
     def make_learner(self, shape: EnvShape, workers: int, generator: torch.Generator) -> Learner:
         if shape.continuous:  # a task refuses (exit 2) rather than crash-loop
@@ -51,9 +69,3 @@ class DQNBuilder:
     def make_actor(self, shape: EnvShape, greedy: bool, seed: int) -> Actor:
         torch.manual_seed(seed)  # the initial weights are replaced by the first version
         return DQNActor(QNetwork(shape, self.preset.network), self.config, greedy, seed)
-
-    def make_worker_settings(self, run_id: str, worker_id: int) -> WorkerSettings:
-        return worker_settings(self.preset, run_id, worker_id, self.share_steps, behaviour=False)
-
-    def make_trainer_settings(self, run_id: str) -> TrainerSettings:
-        return trainer_settings(self.preset, run_id, refill=True)

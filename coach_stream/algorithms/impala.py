@@ -8,31 +8,40 @@ Nothing is refilled on resume.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 
 from coach_stream.algorithms.common import (
+    ActorCriticBuilder,
     actor_critic,
-    actor_critic_actor,
     learner_device,
-    trainer_settings,
-    worker_settings,
 )
 from coach_stream.config import Preset
-from coach_stream.core import Actor, Learner
+from coach_stream.core import Learner, Mode
 from coach_stream.envs import EnvShape
-from coach_stream.rollout.worker import WorkerSettings
-from coach_stream.trainer.impala import IMPALA
-from coach_stream.trainer.loop import TrainerSettings
+from coach_stream.trainer.impala import IMPALA, IMPALAConfig
 
 
-class IMPALABuilder:
-    def __init__(self, preset: Preset) -> None:
-        self.preset, self.config = preset, preset.impala_config
+class IMPALAPreset(Preset):
+    """A preset of algorithm ``impala``: the common keys and the ``impala:`` section."""
+
+    algorithm: Literal["impala"]
+    impala: IMPALAConfig | None = None
 
     @property
-    def share_steps(self) -> int:
-        """Steps per env between two looks for a newer version (one chunk's worth)."""
-        return self.preset.rollout.chunk_steps
+    def impala_config(self) -> IMPALAConfig:
+        return self.section_of(IMPALAConfig)
+
+
+class IMPALABuilder(ActorCriticBuilder):
+    mode = Mode.ASYNC
+    mode_reason = "IMPALA learns from workers that never wait; V-trace corrects their lag"
+    preset_type = IMPALAPreset
+
+    def __init__(self, preset: Preset) -> None:
+        super().__init__(preset)
+        self.config = preset.section_of(IMPALAConfig)
 
     def make_learner(self, shape: EnvShape, workers: int, generator: torch.Generator) -> Learner:
         torch.manual_seed(generator.initial_seed())
@@ -43,12 +52,3 @@ class IMPALABuilder:
             learner_device(self.preset),
             anneal_steps=self.config.anneal_steps or self.preset.env_step_budget,
         )
-
-    def make_actor(self, shape: EnvShape, greedy: bool, seed: int) -> Actor:
-        return actor_critic_actor(self.preset, shape, greedy, seed)
-
-    def make_worker_settings(self, run_id: str, worker_id: int) -> WorkerSettings:
-        return worker_settings(self.preset, run_id, worker_id, self.share_steps, behaviour=True)
-
-    def make_trainer_settings(self, run_id: str) -> TrainerSettings:
-        return trainer_settings(self.preset, run_id, refill=False)

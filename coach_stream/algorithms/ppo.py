@@ -11,26 +11,40 @@ resume: experience from before a restart was acted by an older version.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 
 from coach_stream.algorithms.common import (
+    ActorCriticBuilder,
     actor_critic,
-    actor_critic_actor,
     learner_device,
-    trainer_settings,
-    worker_settings,
 )
 from coach_stream.config import Preset
-from coach_stream.core import Actor, Learner
+from coach_stream.core import Learner, Mode
 from coach_stream.envs import EnvShape
-from coach_stream.rollout.worker import WorkerSettings
-from coach_stream.trainer.loop import TrainerSettings
-from coach_stream.trainer.ppo import PPO
+from coach_stream.trainer.ppo import PPO, PPOConfig
 
 
-class PPOBuilder:
+class PPOPreset(Preset):
+    """A preset of algorithm ``ppo``: the common keys and the ``ppo:`` section."""
+
+    algorithm: Literal["ppo"]
+    ppo: PPOConfig | None = None
+
+    @property
+    def ppo_config(self) -> PPOConfig:
+        return self.section_of(PPOConfig)
+
+
+class PPOBuilder(ActorCriticBuilder):
+    mode = Mode.SYNC
+    mode_reason = "PPO is on-policy: each version's quota is gathered before an update"
+    preset_type = PPOPreset
+
     def __init__(self, preset: Preset) -> None:
-        self.preset, self.config = preset, preset.ppo_config
+        super().__init__(preset)
+        self.config = preset.section_of(PPOConfig)
 
     @property
     def share_steps(self) -> int:
@@ -53,12 +67,3 @@ class PPOBuilder:
             generator=generator,
             device=learner_device(self.preset),
         )
-
-    def make_actor(self, shape: EnvShape, greedy: bool, seed: int) -> Actor:
-        return actor_critic_actor(self.preset, shape, greedy, seed)
-
-    def make_worker_settings(self, run_id: str, worker_id: int) -> WorkerSettings:
-        return worker_settings(self.preset, run_id, worker_id, self.share_steps, behaviour=True)
-
-    def make_trainer_settings(self, run_id: str) -> TrainerSettings:
-        return trainer_settings(self.preset, run_id, refill=False)

@@ -8,28 +8,47 @@ columns. The trainer's door checks that every action lies within the env's bound
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 
-from coach_stream.algorithms.common import learner_device, trainer_settings, worker_settings
+from coach_stream.algorithms.common import (
+    REPLAY_MIXES_STATISTICS,
+    Builder,
+    learner_device,
+)
 from coach_stream.config import Preset
-from coach_stream.core import Actor, Learner
+from coach_stream.core import Actor, Learner, Mode
 from coach_stream.envs import EnvShape
 from coach_stream.errors import ConfigError
 from coach_stream.policies.actors import SACActor
 from coach_stream.policies.networks import SoftQNetwork, SquashedGaussianActor
-from coach_stream.rollout.worker import WorkerSettings
-from coach_stream.trainer.loop import TrainerSettings
-from coach_stream.trainer.sac import SAC
+from coach_stream.trainer.sac import SAC, SACConfig
 
 
-class SACBuilder:
-    def __init__(self, preset: Preset) -> None:
-        self.preset, self.config = preset, preset.sac_config
+class SACPreset(Preset):
+    """A preset of algorithm ``sac``: the common keys and the ``sac:`` section."""
+
+    algorithm: Literal["sac"]
+    sac: SACConfig | None = None
 
     @property
-    def share_steps(self) -> int:
-        """Steps per env between two looks for a newer version (one chunk's worth)."""
-        return self.preset.rollout.chunk_steps
+    def sac_config(self) -> SACConfig:
+        return self.section_of(SACConfig)
+
+
+class SACBuilder(Builder):
+    mode = Mode.ASYNC
+    mode_reason = "SAC learns off-policy from workers that never wait"
+    normalize_refusal = REPLAY_MIXES_STATISTICS
+    bounded_actions = True
+    behaviour = False
+    refill = True
+    preset_type = SACPreset
+
+    def __init__(self, preset: Preset) -> None:
+        super().__init__(preset)
+        self.config = preset.section_of(SACConfig)
 
     def _continuous(self, shape: EnvShape) -> None:
         if not shape.continuous:
@@ -58,9 +77,3 @@ class SACBuilder:
         torch.manual_seed(seed)  # the initial weights are replaced by the first version
         net = SquashedGaussianActor(shape, self.preset.network)
         return SACActor(net, greedy, seed, uniform_steps=self.config.learning_starts)
-
-    def make_worker_settings(self, run_id: str, worker_id: int) -> WorkerSettings:
-        return worker_settings(self.preset, run_id, worker_id, self.share_steps, behaviour=False)
-
-    def make_trainer_settings(self, run_id: str) -> TrainerSettings:
-        return trainer_settings(self.preset, run_id, refill=True)

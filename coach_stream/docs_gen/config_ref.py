@@ -162,21 +162,39 @@ def _presets_table() -> list[str]:
     return lines
 
 
+def builder_doc(algorithm: str) -> str:
+    """The mode an algorithm runs in and whether it takes ``normalize``, from its builder."""
+    from coach_stream.algorithms import BUILDERS
+
+    builder = BUILDERS[algorithm]
+    normalize = "no `normalize`" if builder.normalize_refusal else "`normalize` allowed"
+    return f"mode `{builder.mode.value}`, {normalize}"
+
+
 def render() -> str:
     out = [HEADER, "## Built-in presets", "",
            "In `coach_stream/presets/` (read one: `coach_stream/presets/NAME.yaml`).", "",
            *_presets_table(), "", "## Top-level keys", "",
            (inspect.getdoc(Preset) or "").strip(), "", *_table(Preset, "")]  # fmt: skip
-    for name, field in Preset.model_fields.items():
+    from coach_stream.algorithms import BUILDERS
+
+    sections = [(name, field, "") for name, field in Preset.model_fields.items()]
+    for algorithm, builder in BUILDERS.items():  # each algorithm's section, from its builder
+        own = builder.preset_type.model_fields.items()
+        sections += [(n, f, algorithm) for n, f in own if n not in Preset.model_fields]
+    for name, field, algorithm in sections:
         section = _section_model(field.annotation)
         if section is None:
             continue
-        optional = type(None) in typing.get_args(field.annotation)
         out += ["", f"## `{name}:`", ""]
         doc = (inspect.getdoc(section) or "").strip()
         if doc:
             out += [" ".join(doc.split()), ""]
-        if optional:
-            out += [f"Optional section: required when `algorithm: {name}`, ignored otherwise.", ""]
+        if algorithm:
+            out += [
+                f"The section of `algorithm: {algorithm}` ({builder_doc(algorithm)}); "
+                "a preset of another algorithm has none.",
+                "",
+            ]
         out += _table(section, f"{name}.")
     return "\n".join(out) + "\n"

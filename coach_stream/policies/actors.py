@@ -12,15 +12,18 @@ actors (the evaluator) take the arg-max and never explore. Each algorithm's buil
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 import torch
 
-from coach_stream.config import DQNConfig
 from coach_stream.core import Action, LoadedPolicy
 from coach_stream.errors import IntegrityError
+
+if TYPE_CHECKING:
+    from coach_stream.trainer.dqn import DQNConfig
+
 from coach_stream.policies.networks import (
     ActorCritic,
     GaussianActorCritic,

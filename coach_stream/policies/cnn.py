@@ -2,7 +2,9 @@
 
 Frames travel as uint8 from the env to the network (chunks, the wire, replay buffers and
 batches all keep uint8, a quarter of float32's bytes); the encoder is the one place they
-become float32 and are scaled by 1/255, on whatever device the network lives on.
+become float32 and, when they are pixels, are scaled by 1/255, on whatever device the
+network lives on. MiniGrid's symbolic view is uint8 too, but holds object, colour and state
+indices (at most about 10): those are fed unscaled (``network.pixels``).
 
 Which torso a network gets (``network_kind``): ``network.kind`` in the preset, or with
 ``auto`` (the default) a CNN for a 3-D uint8 observation — the Nature CNN when both sides
@@ -87,11 +89,12 @@ class ImageEncoder(nn.Module):
     64 2x2, ReLU), flattened.
     """
 
-    def __init__(self, shape: EnvShape, kind: Kind) -> None:
+    def __init__(self, shape: EnvShape, kind: Kind, pixels: bool = True) -> None:
         super().__init__()
         self.channels_last = _channels_last(shape.obs_shape)
-        # uint8 frames are scaled to [0, 1]; a float image is taken as already scaled
-        self.scale = 1.0 / 255.0 if shape.obs_dtype == "uint8" else 1.0
+        # uint8 pixels are scaled to [0, 1]; a float image is taken as already scaled, and
+        # integer codes (MiniGrid's indices, ``pixels`` False) are fed as they are
+        self.scale = 1.0 / 255.0 if pixels and shape.obs_dtype == "uint8" else 1.0
         channels, height, width = _channels_first_shape(shape.obs_shape)
         if kind == "nature_cnn":
             convs: list[nn.Module] = [

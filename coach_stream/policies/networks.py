@@ -78,7 +78,7 @@ class ActorCritic(nn.Module):
             self.critic = _mlp(shape.obs_dim, config, 1, 1.0)
             self.actor = _mlp(shape.obs_dim, config, shape.num_actions, 0.01)
         else:
-            self.encoder = ImageEncoder(shape, kind)
+            self.encoder = ImageEncoder(shape, kind, config.pixels is not False)
             width, heads = self.encoder.features, config.head_sizes
             self.critic = _mlp(width, config, 1, 1.0, heads)
             self.actor = _mlp(width, config, shape.num_actions, 0.01, heads)
@@ -145,7 +145,7 @@ class QNetwork(nn.Module):
         if kind == "mlp":
             self.net = _mlp(shape.obs_dim, config, shape.num_actions, 1.0)
         else:
-            self.encoder = ImageEncoder(shape, kind)
+            self.encoder = ImageEncoder(shape, kind, config.pixels is not False)
             width = self.encoder.features
             self.net = _mlp(width, config, shape.num_actions, 1.0, config.head_sizes)
 

@@ -27,12 +27,49 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 from torch import nn, optim
 
-from coach_stream.config import DQNConfig
+from coach_stream.config import FrozenModel
 from coach_stream.policies.networks import QNetwork
 from coach_stream.trainer.device import CPU, cpu_state_dict
 from coach_stream.trainer.replay import ReplayBuffer, ReplayFed, SamplesPerInsertLimiter
+
+
+class DQNConfig(FrozenModel):
+    """Deep Q-learning with double-Q targets, a replay buffer and a samples-per-insert limit."""
+
+    learning_rate: float = Field(default=2.3e-3, gt=0)
+    """Adam's learning rate."""
+    buffer_size: int = Field(default=100_000, ge=1)
+    """Transitions the replay buffer holds (the oldest are replaced)."""
+    batch_size: int = Field(default=64, ge=1)
+    """Transitions per gradient step."""
+    gamma: float = Field(default=0.99, gt=0, le=1)
+    """Discount factor of the targets."""
+    learning_starts: int = Field(default=1_000, ge=0)
+    """Env steps in the buffer before the first gradient step."""
+    samples_per_insert: float = Field(default=32.0, gt=0)
+    """Sampled transitions per inserted transition (Reverb's limiter; rl-zoo: 128*64/256)."""
+    spi_tolerance: float = Field(default=2_048.0, ge=0)
+    """Slack, in samples, before the limiter makes the trainer stop sampling or reading."""
+    target_update_every: int = Field(default=128, ge=1)
+    """Gradient steps between target-network syncs."""
+    tau: float = Field(default=1.0, gt=0, le=1)
+    """Polyak factor of each target-network sync (1.0: a copy)."""
+    double_q: bool = True
+    """Double-Q targets: the online network picks the next action, the target net values it."""
+    publish_every: int = Field(default=128, ge=1)
+    """Gradient steps between policy versions."""
+    exploration_initial_eps: float = Field(default=1.0, ge=0, le=1)
+    """Epsilon of the workers' epsilon-greedy policy at the start."""
+    exploration_final_eps: float = Field(default=0.04, ge=0, le=1)
+    """Epsilon once ``exploration_steps`` env steps have passed."""
+    exploration_steps: int = Field(default=8_000, ge=1)
+    """Env steps (as counted by the trainer) over which epsilon decays linearly."""
+    max_grad_norm: float = Field(default=10.0, gt=0)
+    """Gradients are clipped to this global norm."""
+
 
 _STEPS_PER_LEARN = 32  # gradient steps per learn() call: bounds the loop's reaction time
 

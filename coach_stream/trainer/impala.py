@@ -19,9 +19,10 @@ steps (the oldest pending chunks first), and every ``publish_every`` steps a new
 With ``anneal_lr`` the learning rate decays linearly over ``anneal_steps`` env steps to a
 floor of 5 %, as PPO's does: late, large steps on a nearly solved task are what undid
 runs that had reached the target's neighbourhood. The lag
-(learner version minus the chunk's behaviour version) of every chunk it learned from is
-reported as a histogram (``lag_0`` .. ``lag_4+``), with the mean importance weight and
-the fraction truncated, so the correction V-trace made is visible.
+(the trainer's version when it learns from a chunk minus the chunk's behaviour version,
+taken at learning time: a chunk that waited in a backlog aged meanwhile) is reported as a
+histogram (``lag_0`` .. ``lag_4+``), with the mean importance weight and the fraction
+truncated, so the correction V-trace made is visible.
 """
 
 from __future__ import annotations
@@ -31,13 +32,51 @@ from typing import Any
 
 import numpy as np
 import torch
+from pydantic import Field
 from torch import nn, optim
 
-from coach_stream.config import IMPALAConfig
+from coach_stream.config import FrozenModel
 from coach_stream.core import ExperienceChunk, Ingested
 from coach_stream.policies.networks import ActorCritic, GaussianActorCritic
 from coach_stream.trainer.device import CPU, cpu_state_dict, to_device
 from coach_stream.trainer.state import load_network_state, network_state
+from coach_stream.trainer.steps import StepBatch
+
+
+class IMPALAConfig(FrozenModel):
+    """IMPALA's learner with V-trace targets (Espeholt et al. 2018), ASYNC on-policy."""
+
+    learning_rate: float = Field(default=1e-3, gt=0)
+    """Adam's learning rate (its start value when ``anneal_lr``)."""
+    anneal_lr: bool = False
+    """Decay the learning rate linearly over ``anneal_steps`` env steps, down to a floor of
+    5 % of ``learning_rate`` (as PPO's)."""
+    anneal_steps: int | None = Field(default=None, ge=1)
+    """Default: the preset's env_step_budget."""
+    norm_adv: bool = False
+    """Normalize the policy-gradient advantages within each batch (as PPO's ``norm_adv``)."""
+    gamma: float = Field(default=0.99, gt=0, le=1)
+    """Discount factor of the V-trace targets."""
+    batch_steps: int = Field(default=512, ge=1)
+    """Env steps per gradient step: the newest chunks, whatever version acted them."""
+    rho_bar: float = Field(default=1.0, gt=0)
+    """Truncation of the importance weights in the V-trace targets (rho-bar)."""
+    c_bar: float = Field(default=1.0, gt=0)
+    """Truncation of the trace-cutting weights (c-bar)."""
+    pg_rho_bar: float = Field(default=1.0, gt=0)
+    """Truncation of the importance weight in the policy-gradient term."""
+    vf_coef: float = Field(default=0.5, ge=0)
+    """Weight of the value loss in the loss."""
+    ent_coef: float = Field(default=0.01, ge=0)
+    """Weight of the entropy bonus in the loss."""
+    max_grad_norm: float = Field(default=40.0, gt=0)
+    """Gradients are clipped to this global norm."""
+    max_lag: int = Field(default=50, ge=0)
+    """Chunks acted more than this many versions behind are dropped as stale (counted)."""
+    publish_every: int = Field(default=1, ge=1)
+    """Gradient steps per published policy version (publishing costs a checkpoint write and
+    an announcement; a trainer on a busy machine keeps up by publishing less often)."""
+
 
 _LR_FLOOR = 0.05  # of the initial learning rate: a run past anneal_steps still learns
 LAG_BUCKETS = 5
@@ -94,6 +133,16 @@ def vtrace(
     return vs, pg_advantages
 
 
+def lag_metrics(lags: np.ndarray[Any, Any], lengths: np.ndarray[Any, Any]) -> dict[str, float]:
+    """The policy lag of the steps learned from: their mean and a histogram in env steps."""
+    histogram = np.bincount(np.minimum(lags, LAG_BUCKETS - 1), lengths, minlength=LAG_BUCKETS)
+    metrics = {"vtrace/lag_mean": float(np.average(lags, weights=lengths))}
+    for bucket, steps in enumerate(histogram):  # env steps learned at each lag
+        label = f"{bucket}+" if bucket == LAG_BUCKETS - 1 else str(bucket)
+        metrics[f"vtrace/lag_{label}"] = float(steps)
+    return metrics
+
+
 class IMPALA:
     """The learner: an actor-critic updated on the newest chunks with V-trace targets."""
 
@@ -108,8 +157,9 @@ class IMPALA:
         self.net, self.config, self.generator = net.to(device), config, generator
         self.device, self.anneal_steps = device, anneal_steps
         self.optimizer = optim.Adam(net.parameters(), lr=config.learning_rate, eps=1e-5)
-        self._pending: list[tuple[ExperienceChunk, int]] = []  # (chunk, its lag)
+        self._pending: list[ExperienceChunk] = []
         self._pending_steps = 0
+        self._version = 0  # the trainer's version: from ingest, plus the publishes since
         self._updates = 0
 
     @property
@@ -118,13 +168,14 @@ class IMPALA:
 
     def ingest(self, chunks: Sequence[ExperienceChunk], version: int) -> Ingested:
         used = stale_chunks = stale_steps = 0
+        self._version = version
         for chunk in chunks:
             lag = max(0, version - chunk.policy_version)
             if chunk.log_probs is None or lag > self.config.max_lag:
                 stale_chunks += 1  # no behaviour log-probs, or too old to correct usefully
                 stale_steps += chunk.num_steps
                 continue
-            self._pending.append((chunk, lag))
+            self._pending.append(chunk)
             used += chunk.num_steps
         self._pending_steps += used
         return Ingested(used, stale_chunks, stale_steps)
@@ -138,14 +189,14 @@ class IMPALA:
     def ready(self) -> bool:
         return self._pending_steps >= self.config.batch_steps
 
-    def _take_batch(self) -> list[tuple[ExperienceChunk, int]]:
+    def _take_batch(self) -> list[ExperienceChunk]:
         """The oldest pending chunks, whole, up to ``batch_steps`` steps (at least one).
 
         A trainer that fell behind learns the backlog one batch per gradient step, oldest
         first, as IMPALA's learner queue does, instead of one large step over all of it.
         """
         taken = steps = 0
-        for chunk, _ in self._pending:
+        for chunk in self._pending:
             if taken and steps + chunk.num_steps > self.config.batch_steps:
                 break
             taken += 1
@@ -163,46 +214,22 @@ class IMPALA:
 
     def learn(self, env_steps: int) -> tuple[dict[str, float], bool]:
         pending = self._take_batch()
-        chunks = [chunk for chunk, _ in pending]
-        c, net = self.config, self.net
-        dev = self.device
+        # the lag that matters: the version learning now minus the one that acted each chunk
+        lags = np.array([max(0, self._version - chunk.policy_version) for chunk in pending])
+        c, dev = self.config, self.device
+        steps = StepBatch.from_chunks(pending)
         # frames stay uint8 up to the device (a quarter of the bytes); the network scales them
-        obs = to_device(torch.from_numpy(np.concatenate([ch.observations for ch in chunks])), dev)
-        lengths = np.array([ch.num_steps for ch in chunks])
-        rows_end = np.cumsum(lengths + 1)
-        is_bootstrap = np.zeros(len(obs), dtype=np.bool_)
-        is_bootstrap[rows_end - 1] = True
-        step_rows = torch.from_numpy(~is_bootstrap).to(dev)
-        actions = to_device(torch.from_numpy(np.concatenate([ch.actions for ch in chunks])), dev)
+        step_rows = torch.from_numpy(steps.step_rows).to(dev)
         # one pass: every frame (bootstrap rows included) is encoded once, not twice
-        log_pi, entropy, all_values = net.evaluate(obs, step_rows, actions)
-        values = all_values[step_rows]
-        next_rows = torch.from_numpy(np.flatnonzero(~is_bootstrap) + 1).to(dev)
-        next_values = all_values[next_rows]  # x_{t+1} is the next row, bootstrap row included
-        chunk_end = torch.zeros(len(values), dtype=torch.bool)
-        chunk_end[torch.from_numpy(np.cumsum(lengths) - 1)] = True
-        rewards = torch.from_numpy(np.concatenate([ch.rewards for ch in chunks]))
-        terminated = torch.from_numpy(np.concatenate([ch.terminated for ch in chunks]))
-        behaviour = torch.from_numpy(
-            np.concatenate([ch.log_probs for ch in chunks if ch.log_probs is not None])
+        log_pi, entropy, all_values = self.net.evaluate(
+            to_device(steps.observations, dev), step_rows, to_device(steps.actions, dev)
         )
+        values = all_values[step_rows]
+        # x_{t+1} is the next row, bootstrap row included
+        next_values = all_values[torch.from_numpy(steps.next_rows).to(dev)]
         # the V-trace recursion is a sequential loop: run it on the CPU, whatever the device
-        log_rhos = log_pi.detach().cpu() - behaviour
-        with torch.no_grad():
-            vs, pg_adv = vtrace(
-                log_rhos,
-                rewards,
-                values.detach().cpu(),
-                next_values.detach().cpu(),
-                c.gamma * (~terminated).float(),
-                chunk_end,
-                c.rho_bar,
-                c.c_bar,
-                c.pg_rho_bar,
-            )
-            if c.norm_adv and len(pg_adv) > 1:
-                pg_adv = (pg_adv - pg_adv.mean()) / (pg_adv.std() + 1e-8)
-            vs, pg_adv = vs.to(dev), pg_adv.to(dev)
+        log_rhos = log_pi.detach().cpu() - steps.behaviour_log_probs()
+        vs, pg_adv = self._targets(steps, log_rhos, values, next_values)
         pg_loss = -(pg_adv * log_pi).mean()
         v_loss = 0.5 * ((vs - values) ** 2).mean()
         entropy_loss = entropy.mean()
@@ -211,29 +238,52 @@ class IMPALA:
         self.optimizer.param_groups[0]["lr"] = lr
         self.optimizer.zero_grad()
         loss.backward()  # type: ignore[no-untyped-call]
-        nn.utils.clip_grad_norm_(net.parameters(), c.max_grad_norm)
+        nn.utils.clip_grad_norm_(self.net.parameters(), c.max_grad_norm)
         self.optimizer.step()
         self._updates += 1
         publish = self._updates % c.publish_every == 0
-
+        if publish:
+            self._version += 1  # the version the trainer announces next
         rhos = log_rhos.exp()
-        lags = np.minimum([lag for _, lag in pending], LAG_BUCKETS - 1)
-        histogram = np.bincount(lags, weights=lengths, minlength=LAG_BUCKETS)
         metrics = {
             "loss": loss.item(),
             "policy_loss": pg_loss.item(),
             "value_loss": v_loss.item(),
             "entropy": entropy_loss.item(),
-            "batch_steps": float(lengths.sum()),
+            "batch_steps": float(steps.size),
             "learning_rate": lr,
             "vtrace/rho_mean": rhos.mean().item(),
             "vtrace/rho_clipped_fraction": (rhos > c.rho_bar).float().mean().item(),
-            "vtrace/lag_mean": float(np.average([lag for _, lag in pending], weights=lengths)),
         }
-        for bucket, steps in enumerate(histogram):  # env steps learned at each lag
-            label = f"{bucket}+" if bucket == LAG_BUCKETS - 1 else str(bucket)
-            metrics[f"vtrace/lag_{label}"] = float(steps)
-        return metrics, publish
+        return metrics | lag_metrics(lags, steps.lengths), publish
+
+    def _targets(
+        self,
+        steps: StepBatch,
+        log_rhos: torch.Tensor,
+        values: torch.Tensor,
+        next_values: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """V-trace targets and policy-gradient advantages, on the learner's device."""
+        c = self.config
+        chunk_end = torch.zeros(steps.size, dtype=torch.bool)
+        chunk_end[torch.from_numpy(steps.chunk_ends)] = True
+        discounts = c.gamma * (~torch.from_numpy(steps.terminated)).float()
+        with torch.no_grad():
+            vs, pg_adv = vtrace(
+                log_rhos,
+                torch.from_numpy(steps.rewards),
+                values.detach().cpu(),
+                next_values.detach().cpu(),
+                discounts,
+                chunk_end,
+                c.rho_bar,
+                c.c_bar,
+                c.pg_rho_bar,
+            )
+            if c.norm_adv and len(pg_adv) > 1:
+                pg_adv = (pg_adv - pg_adv.mean()) / (pg_adv.std() + 1e-8)
+        return vs.to(self.device), pg_adv.to(self.device)
 
     def policy_state_dict(self) -> Mapping[str, torch.Tensor]:
         return cpu_state_dict(self.net.state_dict())

@@ -23,17 +23,58 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+from pydantic import Field
 from torch import nn, optim
 
-from coach_stream.config import PPOConfig
+from coach_stream.config import FrozenModel
 from coach_stream.core import ExperienceChunk, Ingested
 from coach_stream.policies.networks import ActorCritic, GaussianActorCritic
 from coach_stream.trainer.device import CPU, cpu_state_dict, to_device
 from coach_stream.trainer.state import load_network_state, network_state
+from coach_stream.trainer.steps import StepBatch
+
+
+class PPOConfig(FrozenModel):
+    """Proximal Policy Optimization (CleanRL names; rl-zoo values for the presets)."""
+
+    num_steps: int = Field(default=32, ge=1)
+    """Steps per environment a worker acts with each policy version (its share)."""
+    steps_per_update: int | None = Field(default=None, ge=1)
+    """SYNC quota of steps of version v; default workers * num_envs * num_steps."""
+    learning_rate: float = Field(default=1e-3, gt=0)
+    """Adam's learning rate (its start value when ``anneal_lr``)."""
+    anneal_lr: bool = True
+    """Decay the learning rate linearly over ``anneal_steps`` env steps, down to a floor of
+    5 % of ``learning_rate`` (so a run that goes past ``anneal_steps`` still learns)."""
+    anneal_steps: int | None = Field(default=None, ge=1)
+    """Default: the preset's env_step_budget."""
+    gamma: float = Field(default=0.98, gt=0, le=1)
+    """Discount factor of the returns."""
+    gae_lambda: float = Field(default=0.8, ge=0, le=1)
+    """GAE's lambda: the bias/variance trade-off of the advantage estimates."""
+    minibatch_size: int = Field(default=256, ge=1)
+    """Steps per gradient step; the quota is split into ceil(quota / minibatch_size)."""
+    update_epochs: int = Field(default=20, ge=1)
+    """Passes over each quota of steps (K epochs of minibatch updates)."""
+    norm_adv: bool = True
+    """Normalize the advantages within each minibatch."""
+    clip_coef: float = Field(default=0.2, gt=0)
+    """The surrogate objective's clipping range (epsilon); also the value clip."""
+    clip_vloss: bool = False
+    """Clip the value loss around the values the batch was acted with."""
+    ent_coef: float = Field(default=0.0, ge=0)
+    """Weight of the entropy bonus in the loss."""
+    vf_coef: float = Field(default=0.5, ge=0)
+    """Weight of the value loss in the loss."""
+    max_grad_norm: float = Field(default=0.5, gt=0)
+    """Gradients are clipped to this global norm."""
+    target_kl: float | None = None
+    """Stop the update's epochs early once the approximate KL exceeds it (null: never)."""
+
 
 _BATCH_FIELDS = ("observations", "actions", "log_probs", "values", "advantages", "returns")
 _LR_FLOOR = 0.05  # of the initial learning rate: a run past anneal_steps still learns
@@ -142,43 +183,40 @@ def build_batch(
     segment, so a joined chunk's first step follows its predecessor's last. ``value_fn`` is
     called once on all rows of all chunks (one forward pass).
     """
-    if any(ch.log_probs is None for ch in chunks):
-        raise ValueError("PPO batch chunks need behaviour log-probs (ingest keeps only those)")
     joined = segments(chunks)
-    chunks = [chunk for segment in joined for chunk in segment]
-    # in the env's dtype: frames stay uint8 (a quarter of float32) until the network scales
-    # them on the trainer's device; MLPs take float32 as they are
-    obs = torch.from_numpy(np.concatenate([ch.observations for ch in chunks]))
-    lengths = np.array([ch.num_steps for ch in chunks])
-    rows_end = np.cumsum(lengths + 1)  # each chunk contributes T+1 observation rows
-    is_bootstrap = np.zeros(len(obs), dtype=np.bool_)
-    is_bootstrap[rows_end - 1] = True
-    all_values = value_fn(obs).numpy()
-    values = all_values[~is_bootstrap]
-    steps_end = np.cumsum(lengths) - 1  # each chunk's last step in the flat step arrays
+    steps = StepBatch.from_chunks([chunk for segment in joined for chunk in segment])
+    log_probs = steps.behaviour_log_probs()
+    step_rows = steps.step_rows
+    all_values = value_fn(steps.observations).numpy()
+    values = all_values[step_rows]
     bootstrap = np.zeros(len(values), dtype=np.float32)
-    bootstrap[steps_end] = all_values[rows_end - 1]
+    bootstrap[steps.chunk_ends] = all_values[steps.bootstrap_rows]
     # Only a segment's last chunk ends the data; a joined chunk's last step reads the next
     # value from the following chunk's first row, which is its own bootstrap observation.
     last_in_segment = np.array([i == len(seg) - 1 for seg in joined for i in range(len(seg))])
     segment_end = np.zeros(len(values), dtype=np.bool_)
-    segment_end[steps_end[last_in_segment]] = True
-    rewards = np.concatenate([ch.rewards for ch in chunks])
-    terminated = np.concatenate([ch.terminated for ch in chunks])
-    advantages = gae(rewards, values, bootstrap, terminated, segment_end, gamma, lam)
+    segment_end[steps.chunk_ends[last_in_segment]] = True
+    advantages = gae(steps.rewards, values, bootstrap, steps.terminated, segment_end, gamma, lam)
     return PPOBatch(
-        observations=obs[torch.from_numpy(~is_bootstrap)],
-        # (N,) discrete or (N, *action_shape) continuous actions
-        actions=torch.from_numpy(np.concatenate([ch.actions for ch in chunks])),
-        log_probs=torch.from_numpy(
-            np.concatenate([ch.log_probs for ch in chunks if ch.log_probs is not None])
-        ),
+        observations=steps.observations[torch.from_numpy(step_rows)],
+        actions=steps.actions,
+        log_probs=log_probs,
         values=torch.from_numpy(values),
         advantages=torch.from_numpy(advantages),
         returns=torch.from_numpy(advantages + values),
-        joins=len(chunks) - len(joined),
+        joins=len(steps.lengths) - len(joined),
         cut_bootstraps=sum(not seg[-1].episode_ended for seg in joined),
     )
+
+
+class _Step(NamedTuple):
+    """One minibatch step's terms: losses, entropy (per sample unless in the loss), ratios."""
+
+    pg_loss: torch.Tensor
+    v_loss: torch.Tensor
+    entropy: torch.Tensor
+    logratio: torch.Tensor
+    ratio: torch.Tensor
 
 
 class PPO:
@@ -258,83 +296,87 @@ class PPO:
 
     def _update(self, batch: PPOBatch, lr: float) -> dict[str, float]:
         """``update_epochs`` epochs of minibatch steps on the clipped objective."""
-        c, net = self.config, self.net
+        c = self.config
         self.optimizer.param_groups[0]["lr"] = lr
-        batch_size = batch.size
-        minibatch = min(c.minibatch_size, batch_size)
+        size = batch.size
+        minibatch = min(c.minibatch_size, size)
         # Per-step costs add up: 40 minibatch steps per CartPole version, each ~1 ms of torch
         # work. So the parameter list is walked once, the clip fractions stay tensors (one
         # sync at the end, not one per step: on a GPU each .item() waits for the device),
         # the KL estimates are computed once per epoch (only the last minibatch's are
         # checked and logged), and the entropy enters the graph only when it is in the loss.
-        params = self._params
         clipfracs: list[torch.Tensor] = []
-        pg_loss = v_loss = entropy_loss = torch.zeros(())
-        logratio = ratio = torch.zeros(0)
-        approx_kl = old_approx_kl = torch.zeros(())
+        step = _Step(*(torch.zeros(()),) * 3, torch.zeros(0), torch.zeros(0))
+        kl = (torch.zeros(()), torch.zeros(()))
         for _epoch in range(c.update_epochs):
-            order = torch.randperm(batch_size, generator=self.generator)
-            for start in range(0, batch_size, minibatch):
-                mb = order[start : start + minibatch]
-                _, newlogprob, entropy, newvalue = net.get_action_and_value(
-                    batch.observations[mb], batch.actions[mb]
-                )
-                logratio = newlogprob - batch.log_probs[mb]
-                ratio = logratio.exp()
+            order = torch.randperm(size, generator=self.generator)
+            for start in range(0, size, minibatch):
+                step = self._minibatch_step(batch, order[start : start + minibatch])
                 with torch.no_grad():
-                    clipfracs.append(((ratio - 1.0).abs() > c.clip_coef).float().mean())
-                mb_adv = batch.advantages[mb]
-                if c.norm_adv and len(mb) > 1:
-                    mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
-
-                # Policy loss: the clipped surrogate objective.
-                pg_loss1 = -mb_adv * ratio
-                pg_loss2 = -mb_adv * torch.clamp(ratio, 1 - c.clip_coef, 1 + c.clip_coef)
-                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
-
-                # Value loss, optionally clipped around the values the batch was built with.
-                mb_returns, mb_values = batch.returns[mb], batch.values[mb]
-                if c.clip_vloss:
-                    v_unclipped = (newvalue - mb_returns) ** 2
-                    v_clipped = mb_values + torch.clamp(
-                        newvalue - mb_values, -c.clip_coef, c.clip_coef
-                    )
-                    v_loss = 0.5 * torch.max(v_unclipped, (v_clipped - mb_returns) ** 2).mean()
-                else:
-                    v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()
-
-                loss = pg_loss + v_loss * c.vf_coef
-                if c.ent_coef:
-                    entropy_loss = entropy.mean()
-                    loss = loss - c.ent_coef * entropy_loss
-
-                self.optimizer.zero_grad()
-                loss.backward()  # type: ignore[no-untyped-call]
-                nn.utils.clip_grad_norm_(params, c.max_grad_norm)
-                self.optimizer.step()
+                    clipfracs.append(((step.ratio - 1.0).abs() > c.clip_coef).float().mean())
             with torch.no_grad():  # of the epoch's last minibatch, as CleanRL checks them
-                old_approx_kl = (-logratio).mean()
-                approx_kl = ((ratio - 1) - logratio).mean()
-                if not c.ent_coef:
-                    entropy_loss = entropy.mean()
-            if c.target_kl is not None and approx_kl.item() > c.target_kl:
+                kl = ((-step.logratio).mean(), ((step.ratio - 1) - step.logratio).mean())
+            if c.target_kl is not None and kl[1].item() > c.target_kl:
                 break
+        return self._metrics(batch, lr, step, kl, clipfracs)
 
+    def _minibatch_step(self, batch: PPOBatch, mb: torch.Tensor) -> _Step:
+        """One gradient step on the minibatch ``mb`` (indices into ``batch``)."""
+        c = self.config
+        _, newlogprob, entropy, newvalue = self.net.get_action_and_value(
+            batch.observations[mb], batch.actions[mb]
+        )
+        logratio = newlogprob - batch.log_probs[mb]
+        ratio = logratio.exp()
+        mb_adv = batch.advantages[mb]
+        if c.norm_adv and len(mb) > 1:
+            mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
+        # Policy loss: the clipped surrogate objective.
+        clipped_ratio = torch.clamp(ratio, 1 - c.clip_coef, 1 + c.clip_coef)
+        pg_loss = torch.max(-mb_adv * ratio, -mb_adv * clipped_ratio).mean()
+        # Value loss, optionally clipped around the values the batch was built with.
+        mb_returns, mb_values = batch.returns[mb], batch.values[mb]
+        v_loss_per = (newvalue - mb_returns) ** 2
+        if c.clip_vloss:
+            v_clipped = mb_values + torch.clamp(newvalue - mb_values, -c.clip_coef, c.clip_coef)
+            v_loss_per = torch.max(v_loss_per, (v_clipped - mb_returns) ** 2)
+        v_loss = 0.5 * v_loss_per.mean()
+        loss = pg_loss + v_loss * c.vf_coef
+        if c.ent_coef:  # the entropy enters the graph only when it is in the loss
+            entropy = entropy.mean()
+            loss = loss - c.ent_coef * entropy
+        self.optimizer.zero_grad()
+        loss.backward()  # type: ignore[no-untyped-call]
+        nn.utils.clip_grad_norm_(self._params, c.max_grad_norm)
+        self.optimizer.step()
+        return _Step(pg_loss, v_loss, entropy, logratio, ratio)
+
+    def _metrics(
+        self,
+        batch: PPOBatch,
+        lr: float,
+        last: _Step,
+        kl: tuple[torch.Tensor, torch.Tensor],
+        clipfracs: list[torch.Tensor],
+    ) -> dict[str, float]:
+        """The last minibatch's terms, as CleanRL logs them; "loss" is their weighted sum."""
+        c = self.config
         y_pred, y_true = batch.values.cpu().numpy(), batch.returns.cpu().numpy()
         var_y = float(np.var(y_true))
         explained_var = math.nan if var_y == 0 else 1 - float(np.var(y_true - y_pred)) / var_y
-        # The last minibatch's terms, as CleanRL logs them; "loss" is their weighted sum.
+        pg_loss, v_loss = last.pg_loss.item(), last.v_loss.item()
+        entropy = last.entropy.detach().mean().item()
         return {
             "learning_rate": lr,
-            "loss": pg_loss.item() + c.vf_coef * v_loss.item() - c.ent_coef * entropy_loss.item(),
-            "policy_loss": pg_loss.item(),
-            "value_loss": v_loss.item(),
-            "entropy": entropy_loss.item(),
-            "old_approx_kl": old_approx_kl.item(),
-            "approx_kl": approx_kl.item(),
+            "loss": pg_loss + c.vf_coef * v_loss - c.ent_coef * entropy,
+            "policy_loss": pg_loss,
+            "value_loss": v_loss,
+            "entropy": entropy,
+            "old_approx_kl": kl[0].item(),
+            "approx_kl": kl[1].item(),
             "clipfrac": torch.stack(clipfracs).mean().item() if clipfracs else 0.0,
             "explained_variance": explained_var,
-            "batch_steps": float(batch_size),
+            "batch_steps": float(batch.size),
             "chunk_joins": float(batch.joins),
             "cut_bootstraps": float(batch.cut_bootstraps),
         }

@@ -27,12 +27,48 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 from torch import optim
 
-from coach_stream.config import SACConfig
+from coach_stream.config import FrozenModel
 from coach_stream.policies.networks import SoftQNetwork, SquashedGaussianActor
 from coach_stream.trainer.device import CPU, cpu_state_dict
 from coach_stream.trainer.replay import ReplayBuffer, ReplayFed, SamplesPerInsertLimiter
+
+
+class SACConfig(FrozenModel):
+    """Soft Actor-Critic for continuous actions (Haarnoja et al. 2018; CleanRL/SB3 names)."""
+
+    policy_lr: float = Field(default=1e-3, gt=0)
+    """Adam's learning rate of the policy."""
+    q_lr: float = Field(default=1e-3, gt=0)
+    """Adam's learning rate of the two Q-networks and of the temperature (``autotune``)."""
+    buffer_size: int = Field(default=1_000_000, ge=1)
+    """Transitions the replay buffer holds (the oldest are replaced)."""
+    batch_size: int = Field(default=256, ge=1)
+    """Transitions per gradient step."""
+    gamma: float = Field(default=0.99, gt=0, le=1)
+    """Discount factor of the targets."""
+    tau: float = Field(default=0.005, gt=0, le=1)
+    """Polyak factor of the target Q-networks, applied after every gradient step."""
+    learning_starts: int = Field(default=1_000, ge=0)
+    """Env steps in the buffer before the first gradient step; until the trainer has
+    consumed this many, workers act uniformly at random in the bounds."""
+    samples_per_insert: float = Field(default=256.0, gt=0)
+    """Sampled transitions per inserted one (256: one gradient step per env step, SB3's)."""
+    spi_tolerance: float = Field(default=8_192.0, ge=0)
+    """Slack, in samples, before the limiter makes the trainer stop sampling or reading."""
+    policy_frequency: int = Field(default=1, ge=1)
+    """Gradient steps per policy (and temperature) step (CleanRL uses 2, SB3 1)."""
+    alpha: float = Field(default=1.0, gt=0)
+    """The entropy temperature (its initial value when ``autotune``)."""
+    autotune: bool = True
+    """Learn alpha toward ``target_entropy`` (default -|A|, the SAC paper's)."""
+    target_entropy: float | None = None
+    """The entropy ``autotune`` steers toward (null: -|A|, the action dimension)."""
+    publish_every: int = Field(default=64, ge=1)
+    """Gradient steps between policy versions."""
+
 
 _STEPS_PER_LEARN = 32  # gradient steps per learn() call: bounds the loop's reaction time
 

@@ -10,7 +10,6 @@ from typing import Any
 import torch
 
 from coach_stream.checkpoints import open_store, policy_to_bytes
-from coach_stream.config import DQNConfig
 from coach_stream.control.announcer import Announcer
 from coach_stream.control.policy_source import CheckpointPolicySource
 from coach_stream.core import Actor, EvaluationReport
@@ -19,6 +18,7 @@ from coach_stream.events import JsonLines
 from coach_stream.replay.offline import OfflineConfig
 from coach_stream.replay.offline.train import Dataset, train_offline
 from coach_stream.rollout.evaluator import Evaluator
+from coach_stream.trainer.dqn import DQNConfig
 from coach_stream.transport.admin import ensure_run_topics
 from coach_stream.transport.control import KafkaControlPublisher, KafkaControlSubscriber
 from coach_stream.transport.settings import KafkaSettings, RunTopics

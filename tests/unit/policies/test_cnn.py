@@ -66,6 +66,22 @@ def test_frames_are_scaled_inside_the_network_whatever_dtype_arrives() -> None:
     torch.testing.assert_close(net.encoder(torch.from_numpy(frames)), net.encoder.net(scaled))
 
 
+def test_minigrid_indices_are_not_scaled_as_pixels() -> None:
+    """MiniGrid's view holds object/colour/state indices (at most about 10), not pixels."""
+    minigrid, pong = load_preset("minigrid-ppo"), load_preset("pong-ppo")
+    assert minigrid.network.pixels is False and pong.network.pixels is None
+    forced = load_preset("minigrid-ppo", ["network.pixels=true"])
+    assert forced.network.pixels is True
+    torch.manual_seed(0)
+    codes = ActorCritic(MINIGRID, minigrid.network)
+    assert codes.encoder is not None and codes.encoder.scale == 1.0
+    frames = np.random.default_rng(0).integers(0, 11, (5, 7, 7, 3), dtype=np.uint8)
+    raw = torch.from_numpy(frames).permute(0, 3, 1, 2).float()
+    torch.testing.assert_close(codes.encoder(torch.from_numpy(frames)), codes.encoder.net(raw))
+    pixels = ActorCritic(PONG, pong.network)
+    assert pixels.encoder is not None and pixels.encoder.scale == 1.0 / 255.0
+
+
 def test_channel_last_frames_are_permuted_to_channel_first() -> None:
     torch.manual_seed(0)
     last = ImageEncoder(EnvShape((84, 84, 4), 6, "uint8"), "nature_cnn")

@@ -10,13 +10,41 @@ import pytest
 
 from coach_stream.algorithms import BUILDERS, builder_for
 from coach_stream.algorithms.ppo import PPOBuilder
-from coach_stream.config import Preset, load_preset
+from coach_stream.config import Preset, builtin_presets, load_preset, preset_from_mapping
 from coach_stream.core import Mode
 from coach_stream.envs import EnvShape
+from coach_stream.errors import ConfigError
 
 
 def test_every_algorithm_a_preset_can_name_has_a_builder() -> None:
-    assert set(BUILDERS) == set(get_args(Preset.model_fields["algorithm"].annotation))
+    for name, builder in BUILDERS.items():  # the registry's key is its preset class's tag
+        assert issubclass(builder.preset_type, Preset)
+        assert get_args(builder.preset_type.model_fields["algorithm"].annotation) == (name,)
+        assert name in builder.preset_type.model_fields  # its section, named after it
+    for name in builtin_presets():
+        preset = load_preset(name)
+        assert type(preset) is BUILDERS[preset.algorithm].preset_type
+        assert preset.mode is BUILDERS[preset.algorithm].mode  # the builder's, not config's
+
+
+def test_mode_and_normalisation_come_from_the_builder() -> None:
+    with pytest.raises(ConfigError, match="PPO runs only in mode 'sync'"):
+        load_preset("cartpole-ppo", ["mode=async"])
+    stated = load_preset("cartpole-ppo")
+    data = {k: v for k, v in stated.model_dump().items() if k != "mode"}
+    assert preset_from_mapping(data).mode is Mode.SYNC  # no mode: the builder's
+    with pytest.raises(ConfigError, match="normalize is for the on-policy learners, not dqn"):
+        load_preset("cartpole-dqn", ["normalize.rewards=true"])
+    sac = load_preset("pendulum-sac")
+    with pytest.raises(ConfigError, match="sac cannot"):
+        sac.check_normalizable((3,), "float32")
+    with pytest.raises(ConfigError, match="Unknown key 'dqn'"):
+        load_preset("cartpole-ppo", ["dqn.batch_size=3"])  # another algorithm's section
+    with pytest.raises(ConfigError, match=r"Invalid value for 'algorithm'.*'ppo'"):
+        load_preset("cartpole-ppo", ["algorithm=a2c"])
+    switch = ["algorithm=impala", "mode=async", "ppo=null", "impala.gamma=0.9"]  # bench/scale.py
+    switched = load_preset("cartpole-ppo", switch)
+    assert switched.mode is Mode.ASYNC and switched.discount == 0.9
 
 
 def test_ppo_share_and_quota() -> None:

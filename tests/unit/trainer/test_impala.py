@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from coach_stream.config import IMPALAConfig, load_preset
+from coach_stream.config import load_preset
 from coach_stream.envs import probe_shape
 from coach_stream.policies.networks import ActorCritic
 from coach_stream.testing.chunks import make_chunk
-from coach_stream.trainer.impala import IMPALA, vtrace
+from coach_stream.trainer.impala import IMPALA, IMPALAConfig, vtrace
 
 
 def test_vtrace_matches_a_hand_computed_case() -> None:
@@ -206,3 +206,24 @@ def test_impala_async_solves_cartpole(in_process_run: Any) -> None:
     assert finished is not None and finished.reason == "target_reached"
     progress = run.trainer_events.of("progress")
     assert any("train/vtrace/lag_0" in p or "vtrace/lag_0" in str(p) for p in progress)
+
+
+def test_the_policy_lag_is_taken_when_a_chunk_is_learned_from_not_when_it_arrives() -> None:
+    """A backlog read at version v ages while the learner publishes v+1, v+2 from it."""
+    learner = _learner(publish_every=1)  # batch_steps 16: two 8-step chunks per step
+    chunks = _two_action_chunks(6)  # all acted with version 11
+    acted = chunks[0].policy_version
+    learner.ingest(chunks, version=acted)  # lag 0 on arrival, for all of them
+    lag_means, histograms = [], []
+    while learner.ready():
+        metrics, publish = learner.learn(env_steps=0)
+        assert publish
+        lag_means.append(metrics["vtrace/lag_mean"])
+        histograms.append([metrics[f"vtrace/lag_{b}"] for b in ("0", "1", "2", "3", "4+")])
+    assert lag_means == [0.0, 1.0, 2.0]
+    assert histograms == [[16, 0, 0, 0, 0], [0, 16, 0, 0, 0], [0, 0, 16, 0, 0]]
+    # the trainer's version comes with every read again: the lag follows it
+    more = _two_action_chunks(2)
+    learner.ingest(more, version=acted + 7)
+    metrics, _ = learner.learn(env_steps=0)
+    assert metrics["vtrace/lag_mean"] == 7.0 and metrics["vtrace/lag_4+"] == 16.0

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from coach_stream.config import NetworkConfig, PPOConfig
+from coach_stream.config import NetworkConfig
 from coach_stream.core import ExperienceChunk
 from coach_stream.envs import EnvShape
 from coach_stream.policies.networks import ActorCritic
 from coach_stream.testing.chunks import make_chunk
-from coach_stream.trainer.ppo import PPO, build_batch
+from coach_stream.trainer.ppo import PPO, PPOConfig, build_batch
 
 
 def _chunk(first_features: list[float], rewards: list[float], terminated: bool) -> ExperienceChunk:
