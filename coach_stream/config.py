@@ -236,7 +236,7 @@ class Preset(_Frozen):
     @field_validator("experience_retention")
     @classmethod
     def _retention_parses(cls, value: str) -> str:
-        from coach_stream.replay.retention import parse_retention  # no Kafka import up front
+        from coach_stream.transport.retention import parse_retention  # no Kafka import up front
 
         try:
             parse_retention(value)

@@ -33,6 +33,8 @@ class Builder:
     """Why the ``normalize`` section cannot apply (None: it can)."""
     bounded_actions: ClassVar[bool] = False
     """The trainer's door checks that continuous actions lie within the env's bounds."""
+    continuous_actions: ClassVar[bool | None] = None
+    """The action space it needs: True continuous (Box), False discrete, None either."""
     preset_type: ClassVar[type[Preset]]
     """``Preset`` with the algorithm's section: its member of the presets' union."""
     behaviour: ClassVar[bool] = True

@@ -40,6 +40,7 @@ class DQNBuilder(Builder):
     mode = Mode.ASYNC
     mode_reason = "DQN learns off-policy from workers that never wait"
     normalize_refusal = REPLAY_MIXES_STATISTICS
+    continuous_actions = False
     behaviour = False
     refill = True
     preset_type = DQNPreset

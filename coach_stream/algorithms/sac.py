@@ -42,6 +42,7 @@ class SACBuilder(Builder):
     mode_reason = "SAC learns off-policy from workers that never wait"
     normalize_refusal = REPLAY_MIXES_STATISTICS
     bounded_actions = True
+    continuous_actions = True
     behaviour = False
     refill = True
     preset_type = SACPreset

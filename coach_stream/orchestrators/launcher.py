@@ -112,8 +112,8 @@ def prepare_topics(settings: LaunchSettings, experience_retention: str = "foreve
     anything and fails within seconds when no broker answers (a separate broker check
     first cost another client and ~70 ms of every launch).
     """
-    from coach_stream.replay.retention import parse_retention
     from coach_stream.transport.admin import ensure_run_topics
+    from coach_stream.transport.retention import parse_retention
     from coach_stream.transport.settings import RunTopics
 
     kafka = settings.kafka_settings()
@@ -148,12 +148,14 @@ def check_env(preset: Preset) -> None:
     """The preset's env (wrapped) can be made (its gymnasium extra is installed) and its
     spaces fit the algorithm: DQN acts on discrete actions only, SAC on continuous (Box)
     ones only; observations to normalise are not images."""
+    from coach_stream.algorithms import BUILDERS
     from coach_stream.envs import probe_shape  # gymnasium: only when a launch needs it
 
     env_id, algorithm = preset.env_id, preset.algorithm
     shape = probe_shape(env_id, preset.env_wrappers)
     preset.check_normalizable(tuple(shape.obs_shape), str(shape.obs_dtype))
-    needs = {"dqn": False, "sac": True}.get(algorithm)
+    builder = BUILDERS.get(algorithm)
+    needs = None if builder is None else builder.continuous_actions
     if needs is not None and shape.continuous is not needs:
         has, other = ("continuous (Box)", "ppo or sac") if shape.continuous else ("discrete", "ppo")
         wanted = "continuous (Box)" if needs else "discrete"
