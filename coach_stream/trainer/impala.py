@@ -27,7 +27,7 @@ truncated, so the correction V-trace made is visible.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -38,8 +38,8 @@ from torch import nn, optim
 from coach_stream.config import FrozenModel
 from coach_stream.core import ExperienceChunk, Ingested
 from coach_stream.policies.networks import ActorCritic, GaussianActorCritic
-from coach_stream.trainer.device import CPU, cpu_state_dict, to_device
-from coach_stream.trainer.state import load_network_state, network_state
+from coach_stream.trainer.device import CPU, to_device
+from coach_stream.trainer.state import ActorCriticState
 from coach_stream.trainer.steps import StepBatch
 
 
@@ -143,8 +143,10 @@ def lag_metrics(lags: np.ndarray[Any, Any], lengths: np.ndarray[Any, Any]) -> di
     return metrics
 
 
-class IMPALA:
+class IMPALA(ActorCriticState):
     """The learner: an actor-critic updated on the newest chunks with V-trace targets."""
+
+    net: ActorCritic | GaussianActorCritic
 
     def __init__(
         self,
@@ -285,12 +287,5 @@ class IMPALA:
                 pg_adv = (pg_adv - pg_adv.mean()) / (pg_adv.std() + 1e-8)
         return vs.to(self.device), pg_adv.to(self.device)
 
-    def policy_state_dict(self) -> Mapping[str, torch.Tensor]:
-        return cpu_state_dict(self.net.state_dict())
-
-    def state_dict(self) -> dict[str, Any]:
-        return network_state(self.net, self.optimizer, self._updates)
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self._updates = load_network_state(state, self.net, self.optimizer)
+    def _forget_unlearned(self) -> None:
         self._pending, self._pending_steps = [], 0

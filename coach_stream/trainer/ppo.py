@@ -20,7 +20,7 @@ epochs).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any, NamedTuple
@@ -33,8 +33,8 @@ from torch import nn, optim
 from coach_stream.config import FrozenModel
 from coach_stream.core import ExperienceChunk, Ingested
 from coach_stream.policies.networks import ActorCritic, GaussianActorCritic
-from coach_stream.trainer.device import CPU, cpu_state_dict, to_device
-from coach_stream.trainer.state import load_network_state, network_state
+from coach_stream.trainer.device import CPU, to_device
+from coach_stream.trainer.state import ActorCriticState
 from coach_stream.trainer.steps import StepBatch
 
 
@@ -219,8 +219,10 @@ class _Step(NamedTuple):
     ratio: torch.Tensor
 
 
-class PPO:
+class PPO(ActorCriticState):
     """The learner; ``steps_per_update`` is the SYNC quota of one version."""
+
+    net: ActorCritic | GaussianActorCritic
 
     def __init__(
         self,
@@ -383,12 +385,5 @@ class PPO:
 
     # ----------------------------------------------------------------- state
 
-    def policy_state_dict(self) -> Mapping[str, torch.Tensor]:
-        return cpu_state_dict(self.net.state_dict())
-
-    def state_dict(self) -> dict[str, Any]:
-        return network_state(self.net, self.optimizer, self._updates)
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self._updates = load_network_state(state, self.net, self.optimizer)
+    def _forget_unlearned(self) -> None:
         self._batch, self._batch_steps = [], 0

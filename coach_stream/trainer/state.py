@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from coach_stream.errors import IntegrityError
+from coach_stream.trainer.device import cpu_state_dict
 
 FORMAT = 1
 
@@ -81,17 +82,30 @@ def state_from_bytes(blob: bytes) -> TrainerState:
         ) from error
 
 
-def network_state(
-    net: torch.nn.Module, optimizer: torch.optim.Optimizer, updates: int
-) -> dict[str, Any]:
-    """An actor-critic learner's part of the state: its network, optimizer and step count."""
-    return {"net": net.state_dict(), "optimizer": optimizer.state_dict(), "updates": updates}
+class ActorCriticState:
+    """The state an actor-critic learner (PPO, IMPALA) keeps: its network, optimizer and
+    step count. ``_forget_unlearned`` drops what was read but not yet learned from, which a
+    resumed trainer reads again from its stored positions."""
 
+    net: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    _updates: int
 
-def load_network_state(
-    state: Mapping[str, Any], net: torch.nn.Module, optimizer: torch.optim.Optimizer
-) -> int:
-    """Restore ``network_state``'s parts in place; returns the step count."""
-    net.load_state_dict(state["net"])
-    optimizer.load_state_dict(state["optimizer"])
-    return int(state["updates"])
+    def policy_state_dict(self) -> Mapping[str, torch.Tensor]:
+        return cpu_state_dict(self.net.state_dict())
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "net": self.net.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "updates": self._updates,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.net.load_state_dict(state["net"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self._updates = int(state["updates"])
+        self._forget_unlearned()
+
+    def _forget_unlearned(self) -> None:
+        raise NotImplementedError
