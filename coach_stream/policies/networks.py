@@ -101,10 +101,6 @@ class ActorCritic(nn.Module):
         logits: torch.Tensor = self.actor(self.features(obs))
         return logits
 
-    def log_policy(self, obs: torch.Tensor) -> torch.Tensor:
-        """Log-probabilities of every action (a categorical policy over the logits)."""
-        return torch.log_softmax(self.logits(obs), dim=-1)
-
     def get_action_and_value(
         self, obs: torch.Tensor, action: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
