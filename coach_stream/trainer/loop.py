@@ -1,8 +1,8 @@
 """The trainer loop: ExperienceReader -> learner -> Announcer, until the run is done.
 
 It owns what every learner (PPO, IMPALA, DQN, SAC) shares: reading the experience log,
-counting env steps and policy lag (newest announced version minus each chunk's behaviour version), publishing
-versions through the ``Announcer`` (the newest announced version always has a trainer
+counting env steps and policy lag (newest announced version minus each chunk's behaviour
+version), publishing versions through the ``Announcer`` (the newest announced version always has a trainer
 state at or before it: the first state is saved before its version is announced, later
 ones right after theirs, so with ``checkpoint_every`` 1 a version has its own state once
 its announcement returned), watching the control topic for
