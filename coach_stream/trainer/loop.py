@@ -2,13 +2,13 @@
 
 It owns what every learner (PPO, IMPALA, DQN, SAC) shares: reading the experience log,
 counting env steps and policy lag (newest announced version minus each chunk's behaviour
-version), publishing versions through the ``Announcer`` (the newest announced version always has a trainer
-state at or before it: the first state is saved before its version is announced, later
-ones right after theirs, so with ``checkpoint_every`` 1 a version has its own state once
-its announcement returned), watching the control topic for
+version), publishing versions through the ``Announcer`` (the newest announced version
+always has a trainer state at or before it: the first state is saved before its version is
+announced, later ones right after theirs, so with ``checkpoint_every`` 1 a version has its
+own state once its announcement returned), watching the control topic for
 ``EvaluationReport``s, and ending the run: target return reached (mean of the last
-``eval_episodes`` greedy returns) or env-step budget spent. ``env_steps`` (the budget,
-and what ``learn`` anneals by) counts the steps the learner kept: steps it dropped as stale
+``eval_episodes`` greedy returns) or env-step budget spent. ``env_steps`` (the budget, and
+what ``learn`` anneals by) counts the steps the learner kept: steps it dropped as stale
 (SYNC PPO's late versions, IMPALA's too-old chunks) are counted apart, in
 ``dropped_stale_steps``.
 
