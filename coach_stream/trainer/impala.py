@@ -164,10 +164,6 @@ class IMPALA(ActorCriticState):
         self._version = 0  # the trainer's version: from ingest, plus the publishes since
         self._updates = 0
 
-    @property
-    def updates(self) -> int:
-        return self._updates
-
     def ingest(self, chunks: Sequence[ExperienceChunk], version: int) -> Ingested:
         used = stale_chunks = stale_steps = 0
         self._version = version

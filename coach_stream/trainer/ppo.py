@@ -247,10 +247,6 @@ class PPO(ActorCriticState):
         self._batch_steps = 0
         self._updates = 0
 
-    @property
-    def updates(self) -> int:
-        return self._updates
-
     # ----------------------------------------------------------------- gathering
 
     def ingest(self, chunks: Sequence[ExperienceChunk], version: int) -> Ingested:

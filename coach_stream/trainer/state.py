@@ -91,6 +91,11 @@ class ActorCriticState:
     optimizer: torch.optim.Optimizer
     _updates: int
 
+    @property
+    def updates(self) -> int:
+        """Gradient steps taken (restored with the state)."""
+        return self._updates
+
     def policy_state_dict(self) -> Mapping[str, torch.Tensor]:
         return cpu_state_dict(self.net.state_dict())
 
