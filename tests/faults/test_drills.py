@@ -46,11 +46,11 @@ from coach_stream.core import (
     ExperienceChunk,
     PolicyVersion,
     RunFinished,
-    TaskState,
 )
 from coach_stream.errors import CoachStreamError
 from coach_stream.orchestrators import LaunchSettings, LocalOrchestrator, build_run_spec
 from coach_stream.orchestrators.launcher import follow, prepare_topics
+from coach_stream.orchestrators.plan import TaskState
 from coach_stream.stack.gcs import DEFAULT_BUCKET
 from coach_stream.transport.control import KafkaControlPublisher, KafkaControlSubscriber
 from coach_stream.transport.settings import KafkaSettings, RunTopics
