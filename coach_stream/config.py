@@ -267,10 +267,11 @@ class Preset(_Frozen):
     def check_normalizable(self, obs_shape: tuple[int, ...], obs_dtype: str) -> None:
         """Refuse normalisation where the builder does, and of image observations."""
         builder = _builder_type(self.algorithm)
-        if builder is not None and builder.normalize_refusal is not None:
+        refusal = None if builder is None else builder.normalize_refusal
+        if self.normalize.enabled and refusal is not None:
             raise ConfigError(
                 f"Preset {self.name!r} normalises experience, but {self.algorithm} cannot: "
-                f"{builder.normalize_refusal}; remove the normalize section."
+                f"{refusal}; remove the normalize section."
             )
         if self.normalize.observations and len(obs_shape) == 3 and obs_dtype == "uint8":
             raise ConfigError(

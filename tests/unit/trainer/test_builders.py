@@ -36,8 +36,12 @@ def test_mode_and_normalisation_come_from_the_builder() -> None:
     with pytest.raises(ConfigError, match="normalize is for the on-policy learners, not dqn"):
         load_preset("cartpole-dqn", ["normalize.rewards=true"])
     sac = load_preset("pendulum-sac")
+    sac.check_normalizable((3,), "float32")  # no normalize section: nothing to refuse
+    normalizing = sac.model_copy(
+        update={"normalize": sac.normalize.model_copy(update={"observations": True})}
+    )
     with pytest.raises(ConfigError, match="sac cannot"):
-        sac.check_normalizable((3,), "float32")
+        normalizing.check_normalizable((3,), "float32")
     with pytest.raises(ConfigError, match="Unknown key 'dqn'"):
         load_preset("cartpole-ppo", ["dqn.batch_size=3"])  # another algorithm's section
     with pytest.raises(ConfigError, match=r"Invalid value for 'algorithm'.*'ppo'"):
