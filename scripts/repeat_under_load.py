@@ -8,7 +8,8 @@ Each run is a fresh pytest process (a failure in one run cannot leak into the ne
 JUnit report; the busy loops (`yes`, one per ``--busy``) spin for the whole time, as a
 loaded 2-core CI machine's other work does. Prints one line per run and then one per test:
 ``passed/runs`` with the slowest duration seen; ``--out FILE`` also appends the per-test
-lines as JSON. Exit 1 when any test failed in any run.
+lines as JSON, and ``FILE.runs.jsonl`` gets each run's outcomes as the run ends. Exit 1
+when any test failed in any run.
 """
 
 from __future__ import annotations
@@ -44,6 +45,14 @@ def outcomes(report: Path) -> dict[str, tuple[bool, float, str]]:
     return found
 
 
+def record_run(path: Path, run: int, found: dict[str, tuple[bool, float, str]]) -> None:
+    """Append one JSON line per test of run ``run``: whether it passed and how long it took."""
+    with path.open("a") as out:
+        for name, (passed, seconds, _) in found.items():
+            line = {"run": run, "test": name, "passed": passed, "seconds": round(seconds, 1)}
+            out.write(json.dumps(line) + "\n")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
@@ -74,6 +83,8 @@ def main() -> int:
                 passes[name] += passed
                 slowest[name] = max(slowest[name], seconds)
             failed = [f"{name}: {why}" for name, (passed, _, why) in found.items() if not passed]
+            if args.out is not None:  # each run as it ends: a batch stopped early keeps them
+                record_run(args.out.with_suffix(".runs.jsonl"), run + 1, found)
             load = os.getloadavg()[0]
             print(
                 f"run {run + 1}/{args.runs}: exit {done.returncode}, {len(found)} tests, "
