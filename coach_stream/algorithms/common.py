@@ -64,6 +64,16 @@ class Builder:
         return trainer_settings(self.preset, run_id, refill=self.refill)
 
 
+class ReplayBuilder(Builder):
+    """The off-policy learners (DQN, SAC): ASYNC, a replay buffer refilled from the log on
+    resume, chunks without behaviour columns, no normalisation."""
+
+    mode = Mode.ASYNC
+    normalize_refusal = REPLAY_MIXES_STATISTICS
+    behaviour = False
+    refill = True
+
+
 class ActorCriticBuilder(Builder):
     """The on-policy builders' common part: actor-critic actors and behaviour columns."""
 

@@ -11,13 +11,9 @@ from typing import Literal
 
 import torch
 
-from coach_stream.algorithms.common import (
-    REPLAY_MIXES_STATISTICS,
-    Builder,
-    learner_device,
-)
+from coach_stream.algorithms.common import ReplayBuilder, learner_device
 from coach_stream.config import Preset
-from coach_stream.core import Actor, Learner, Mode
+from coach_stream.core import Actor, Learner
 from coach_stream.envs import EnvShape
 from coach_stream.errors import ConfigError
 from coach_stream.policies.actors import DQNActor
@@ -36,13 +32,9 @@ class DQNPreset(Preset):
         return self.section_of(DQNConfig)
 
 
-class DQNBuilder(Builder):
-    mode = Mode.ASYNC
+class DQNBuilder(ReplayBuilder):
     mode_reason = "DQN learns off-policy from workers that never wait"
-    normalize_refusal = REPLAY_MIXES_STATISTICS
     continuous_actions = False
-    behaviour = False
-    refill = True
     preset_type = DQNPreset
 
     def __init__(self, preset: Preset) -> None:

@@ -12,13 +12,9 @@ from typing import Literal
 
 import torch
 
-from coach_stream.algorithms.common import (
-    REPLAY_MIXES_STATISTICS,
-    Builder,
-    learner_device,
-)
+from coach_stream.algorithms.common import ReplayBuilder, learner_device
 from coach_stream.config import Preset
-from coach_stream.core import Actor, Learner, Mode
+from coach_stream.core import Actor, Learner
 from coach_stream.envs import EnvShape
 from coach_stream.errors import ConfigError
 from coach_stream.policies.actors import SACActor
@@ -37,14 +33,10 @@ class SACPreset(Preset):
         return self.section_of(SACConfig)
 
 
-class SACBuilder(Builder):
-    mode = Mode.ASYNC
+class SACBuilder(ReplayBuilder):
     mode_reason = "SAC learns off-policy from workers that never wait"
-    normalize_refusal = REPLAY_MIXES_STATISTICS
     bounded_actions = True
     continuous_actions = True
-    behaviour = False
-    refill = True
     preset_type = SACPreset
 
     def __init__(self, preset: Preset) -> None:
