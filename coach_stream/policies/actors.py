@@ -20,10 +20,6 @@ import torch
 
 from coach_stream.core import Action, LoadedPolicy
 from coach_stream.errors import IntegrityError
-
-if TYPE_CHECKING:
-    from coach_stream.trainer.dqn import DQNConfig
-
 from coach_stream.policies.networks import (
     ActorCritic,
     GaussianActorCritic,
@@ -31,6 +27,9 @@ from coach_stream.policies.networks import (
     SquashedGaussianActor,
     normal_log_prob,
 )
+
+if TYPE_CHECKING:  # the trainer imports policies: a runtime import would be circular
+    from coach_stream.trainer.dqn import DQNConfig
 
 
 def _load_into(module: torch.nn.Module, state_dict: Mapping[str, object], version: int) -> None:
