@@ -28,7 +28,7 @@ from coach_stream.policies.networks import (
     normal_log_prob,
 )
 
-if TYPE_CHECKING:  # the trainer imports policies: a runtime import would be circular
+if TYPE_CHECKING:  # type-only: a worker importing its actors does not load the trainer
     from coach_stream.trainer.dqn import DQNConfig
 
 
