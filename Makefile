@@ -21,13 +21,14 @@ $(STAMP): pyproject.toml
 # against testcontainers Kafka. Both halves run even when the first fails.
 test: setup
 	@status=0; \
-	bash scripts/with-stack.sh $(BIN)/pytest tests -q --durations=15 || status=$$?; \
+	bash scripts/with-stack.sh bash scripts/test-lanes.sh all || status=$$?; \
 	bash scripts/test-containers.sh || status=$$?; \
 	exit $$status
 
-# The first half of `make test` alone: the whole suite against the local stack.
+# The first half of `make test` alone: the whole suite against the local stack, its fast
+# lane on both cores, then the rest one test at a time (scripts/test-lanes.sh).
 test-stack: setup
-	bash scripts/with-stack.sh $(BIN)/pytest tests -q --durations=15
+	bash scripts/with-stack.sh bash scripts/test-lanes.sh all
 
 # The Kafka integration suites against testcontainers Kafka (docs/testing.md): uses the
 # engine at DOCKER_HOST, or installs/starts the project's own and stops it afterwards;
@@ -42,8 +43,7 @@ kafka-image: setup
 # The fast lane: every test that needs no Kafka, GCS or Docker (unit, fuzz, the Nomad
 # double's own tests, the CLI's bad-input cases), on both cores; under 2 minutes.
 unit: setup
-	$(BIN)/pytest -n 2 -q -p no:cacheprovider tests/unit tests/fuzz tests/nomad_double \
-	  tests/cli/test_bad_input.py -m "not integration"
+	bash scripts/test-lanes.sh fast -m "not integration"
 
 check: setup
 	$(BIN)/ruff check coach_stream tests bench
