@@ -142,6 +142,7 @@ class LocalTarget:
         return str(self.orchestrator.run_dir(run_id).logs_dir)
 
 
+@nomad_cli.with_nomad_access
 def launch(
     preset: str = typer.Argument(..., help="A built-in preset (cartpole-ppo, ...) or a YAML path."),
     orchestrator_kind: OrchestratorKind = OrchestratorOption,
@@ -167,10 +168,6 @@ def launch(
     tensorboard: Path | None = TensorBoardOption,
     dry_run: bool = nomad_cli.DryRunOption,
     job_format: nomad_cli.JobFormat = nomad_cli.FormatOption,
-    nomad_addr: str | None = nomad_cli.NomadAddrOption,
-    nomad_token: str | None = nomad_cli.NomadTokenOption,
-    nomad_namespace: str | None = nomad_cli.NomadNamespaceOption,
-    nomad_region: str | None = nomad_cli.NomadRegionOption,
     driver: nomad_cli.Driver = nomad_cli.DriverOption,
     image: str | None = nomad_cli.ImageOption,
     python: str | None = nomad_cli.PythonOption,
@@ -178,6 +175,8 @@ def launch(
     secrets_var: str | None = nomad_cli.SecretsVarOption,
     trainer_gpus: int = nomad_cli.TrainerGpusOption,
     start_timeout: float = nomad_cli.StartTimeoutOption,
+    *,
+    nomad: nomad_cli.NomadAccess,
 ) -> None:
     """Start a trainer, N rollout workers and an evaluator, and follow them to the end.
 
@@ -186,8 +185,8 @@ def launch(
     """
     started = time.monotonic()  # launch-to-running and launch-to-solved are measured from here
     nomad_flags = nomad_cli.NomadFlags(
-        nomad_addr, nomad_token, nomad_namespace, nomad_region, driver, image, python,
-        tuple(datacenters), secrets_var, trainer_gpus, start_timeout, dry_run, job_format,
+        nomad, driver, image, python, tuple(datacenters), secrets_var, trainer_gpus,
+        start_timeout, dry_run, job_format,
     )  # fmt: skip
     if dry_run and orchestrator_kind is not OrchestratorKind.nomad:
         raise ConfigError("--dry-run prints a Nomad job; add --orchestrator nomad.")

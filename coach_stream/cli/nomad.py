@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
+import inspect
 import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import typer
 from rich.console import Console, Group
@@ -53,14 +56,6 @@ class Driver(enum.StrEnum):
     docker = "docker"
 
 
-NomadAddrOption = typer.Option(
-    None, "--nomad-addr", help="Nomad's HTTP API (default: NOMAD_ADDR, else 127.0.0.1:4646)."
-)
-NomadTokenOption = typer.Option(None, "--nomad-token", help="ACL token (default: NOMAD_TOKEN).")
-NomadNamespaceOption = typer.Option(
-    None, "--nomad-namespace", help="Namespace (default: NOMAD_NAMESPACE)."
-)
-NomadRegionOption = typer.Option(None, "--nomad-region", help="Region (default: NOMAD_REGION).")
 DryRunOption = typer.Option(False, "--dry-run", help="nomad: print the job and register nothing.")
 FormatOption = typer.Option(
     JobFormat.json, "--format", help="nomad --dry-run: json (the API's form) or hcl."
@@ -93,13 +88,75 @@ StartTimeoutOption = typer.Option(
 
 
 @dataclass(frozen=True)
-class NomadFlags:
-    """The Nomad-only flags of ``launch`` (ignored by the local orchestrator)."""
+class NomadAccess:
+    """Where a command reaches Nomad: its four ``--nomad-*`` options, each falling back to
+    the ``nomad`` CLI's variable (``NOMAD_ADDR``, ``NOMAD_TOKEN``, …) when not given."""
 
     addr: str | None = None
     token: str | None = None
     namespace: str | None = None
     region: str | None = None
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.addr or os.environ.get("NOMAD_ADDR"))
+
+    def connection(self) -> NomadConnection:
+        return NomadConnection.from_env(
+            os.environ,
+            address=self.addr,
+            token=self.token,
+            namespace=self.namespace,
+            region=self.region,
+        )
+
+    def orchestrator(self, kafka: str | None = None) -> NomadOrchestrator:
+        """``kafka``: the broker whose telemetry topic ``status`` folds."""
+        telemetry = kafka_settings(kafka) if kafka else None
+        return NomadOrchestrator(self.connection(), telemetry=telemetry)
+
+
+_ACCESS_OPTIONS = {
+    "nomad_addr": typer.Option(
+        None, "--nomad-addr", help="Nomad's HTTP API (default: NOMAD_ADDR, else 127.0.0.1:4646)."
+    ),
+    "nomad_token": typer.Option(None, "--nomad-token", help="ACL token (default: NOMAD_TOKEN)."),
+    "nomad_namespace": typer.Option(
+        None, "--nomad-namespace", help="Namespace (default: NOMAD_NAMESPACE)."
+    ),
+    "nomad_region": typer.Option(None, "--nomad-region", help="Region (default: NOMAD_REGION)."),
+}
+
+Command = TypeVar("Command", bound=Callable[..., None])
+
+
+def with_nomad_access(command: Command) -> Command:
+    """Give a command the four ``--nomad-*`` options, handed to it as one ``nomad:
+    NomadAccess`` argument (typer reads the options from the signature set here)."""
+    signature = inspect.signature(command, eval_str=True)
+    kept = [p for p in signature.parameters.values() if p.name != "nomad"]
+    added = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
+                          annotation=str | None)
+        for name, option in _ACCESS_OPTIONS.items()
+    ]  # fmt: skip
+
+    @functools.wraps(command)
+    def with_access(*args: Any, **kwargs: Any) -> None:
+        access = NomadAccess(*(kwargs.pop(name) for name in _ACCESS_OPTIONS))
+        command(*args, nomad=access, **kwargs)
+
+    parameters = [*kept, *added]
+    with_access.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    with_access.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": None}
+    return cast(Command, with_access)
+
+
+@dataclass(frozen=True)
+class NomadFlags:
+    """The Nomad-only flags of ``launch`` (ignored by the local orchestrator)."""
+
+    access: NomadAccess = NomadAccess()
     driver: Driver = Driver.raw_exec
     image: str | None = None
     python: str | None = None
@@ -109,19 +166,6 @@ class NomadFlags:
     start_timeout_s: float = 300.0
     dry_run: bool = False
     job_format: JobFormat = JobFormat.json
-
-
-def connection(
-    addr: str | None, token: str | None, namespace: str | None, region: str | None
-) -> NomadConnection:
-    """The connection from the flags, falling back to the ``nomad`` CLI's variables."""
-    return NomadConnection.from_env(
-        os.environ, address=addr, token=token, namespace=namespace, region=region
-    )
-
-
-def nomad_configured(addr: str | None) -> bool:
-    return bool(addr or os.environ.get("NOMAD_ADDR"))
 
 
 def job_settings(
@@ -156,17 +200,6 @@ def print_job(job: dict[str, Any], job_format: JobFormat) -> None:
         typer.echo(job_hcl(job), nl=False)
     else:
         typer.echo(json.dumps({"Job": job}, indent=2))
-
-
-def orchestrator_for(
-    addr: str | None,
-    token: str | None,
-    namespace: str | None,
-    region: str | None,
-    kafka: str | None = None,
-) -> NomadOrchestrator:
-    telemetry = kafka_settings(kafka) if kafka else None
-    return NomadOrchestrator(connection(addr, token, namespace, region), telemetry=telemetry)
 
 
 @dataclass
@@ -216,7 +249,7 @@ def launch_target(plan: LaunchPlan, flags: NomadFlags) -> tuple[LaunchPlan, Noma
         plan = dataclasses.replace(
             plan, settings=dataclasses.replace(settings, python=flags.python)
         )
-    conn = connection(flags.addr, flags.token, flags.namespace, flags.region)
+    conn = flags.access.connection()
     job = job_settings(
         flags, conn, settings.kafka_bootstrap, settings.gcs_emulator, settings.kafka_security
     )
@@ -306,24 +339,23 @@ def logs(orchestrator: NomadOrchestrator, run_id: str, task: str | None, follow:
         raise typer.Exit(130) from None
 
 
+@with_nomad_access
 def scale(
     run_id: str = typer.Argument(..., help="The run id."),
     workers: int = typer.Option(..., "--workers", "-n", min=1, max=256, help="Rollout workers."),
     wait: bool = typer.Option(
         True, "--wait/--no-wait", help="Return once every rollout allocation runs."
     ),
-    addr: str | None = NomadAddrOption,
-    token: str | None = NomadTokenOption,
-    namespace: str | None = NomadNamespaceOption,
-    region: str | None = NomadRegionOption,
+    *,
+    nomad: NomadAccess,
 ) -> None:
     """Set a Nomad run's rollout worker count (the job's rollout group, Nomad's scale API)."""
-    if not nomad_configured(addr):
+    if not nomad.configured:
         raise OrchestratorError(
             "scale works on runs on Nomad; set NOMAD_ADDR or pass --nomad-addr (a local run's "
             "worker count is fixed at launch)."
         )
-    orchestrator = orchestrator_for(addr, token, namespace, region)
+    orchestrator = nomad.orchestrator()
     orchestrator.scale(run_id, workers)
     if wait:
         orchestrator.wait_running(run_id, orchestrator.start_timeout_s)

@@ -53,21 +53,20 @@ def local_orchestrator(
     )
 
 
+@nomad_cli.with_nomad_access
 def status(
     run_id: str | None = typer.Argument(None, help="A run id; without it, list the runs."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead."),
     state_dir: Path = StateDirOption,
     orchestrator_kind: OrchestratorKind | None = WhichOrchestratorOption,
     kafka: str | None = KafkaOption,
-    nomad_addr: str | None = nomad_cli.NomadAddrOption,
-    nomad_token: str | None = nomad_cli.NomadTokenOption,
-    nomad_namespace: str | None = nomad_cli.NomadNamespaceOption,
-    nomad_region: str | None = nomad_cli.NomadRegionOption,
     watch: bool = typer.Option(
         False, "--watch", "-w", help="Refresh in place until the run finishes (Ctrl-C: exit)."
     ),
     interval: float = typer.Option(2.0, "--interval", min=0.2, help="--watch: seconds."),
     tensorboard: Path | None = TensorBoardOption,
+    *,
+    nomad: nomad_cli.NomadAccess,
 ) -> None:
     """Show a run: every task (SILENT when it stopped reporting), the trainer's throughput,
     consumer lag and checkpoint, the return and its trend (docs/observability.md).
@@ -79,12 +78,11 @@ def status(
     """
     if tensorboard is not None:
         check_writable_dir(tensorboard, "--tensorboard")
-    nomad = (nomad_addr, nomad_token, nomad_namespace, nomad_region)
-    on_nomad = run_id is not None and _on_nomad(orchestrator_kind, state_dir, run_id, nomad_addr)
+    on_nomad = run_id is not None and _on_nomad(orchestrator_kind, state_dir, run_id, nomad)
     if run_id is not None and not as_json:
         ended = None
         if on_nomad:
-            ended = nomad_cli.ended_state(nomad_cli.orchestrator_for(*nomad), run_id)
+            ended = nomad_cli.ended_state(nomad.orchestrator(), run_id)
         if _status_from_kafka(run_id, kafka, watch, interval, tensorboard, ended):
             _print_local_failure(state_dir, run_id)
             return
@@ -98,7 +96,7 @@ def status(
         _list_runs(local_orchestrator(state_dir), as_json)
     elif on_nomad:
         kafka = kafka or LocalStack(default_cache_dir()).kafka_bootstrap()
-        nomad_cli.status(nomad_cli.orchestrator_for(*nomad, kafka), run_id, as_json)
+        nomad_cli.status(nomad.orchestrator(kafka), run_id, as_json)
     else:
         _local_status(local_orchestrator(state_dir), run_id, kafka, as_json)
 
@@ -210,6 +208,7 @@ def _print_local_failure(state_dir: Path, run_id: str) -> None:
             Console(highlight=False).print(f"failure: {failure}")
 
 
+@nomad_cli.with_nomad_access
 def logs(
     run_id: str = typer.Argument(..., help="The run id."),
     task: str | None = typer.Option(
@@ -220,15 +219,12 @@ def logs(
     ),
     state_dir: Path = StateDirOption,
     orchestrator_kind: OrchestratorKind | None = WhichOrchestratorOption,
-    nomad_addr: str | None = nomad_cli.NomadAddrOption,
-    nomad_token: str | None = nomad_cli.NomadTokenOption,
-    nomad_namespace: str | None = nomad_cli.NomadNamespaceOption,
-    nomad_region: str | None = nomad_cli.NomadRegionOption,
+    *,
+    nomad: nomad_cli.NomadAccess,
 ) -> None:
     """Print a run's logs: one task's, or all tasks' prefixed with [task] (on Nomad: each
     allocation's stderr then stdout, through the API)."""
-    nomad = (nomad_addr, nomad_token, nomad_namespace, nomad_region)
-    if on_nomad := _nomad_holding(orchestrator_kind, state_dir, run_id, *nomad):
+    if on_nomad := _nomad_holding(orchestrator_kind, state_dir, run_id, nomad):
         nomad_cli.logs(on_nomad, run_id, task, follow_logs)
         return
     orchestrator = local_orchestrator(state_dir)
@@ -254,6 +250,7 @@ def logs(
         raise typer.Exit(130) from None
 
 
+@nomad_cli.with_nomad_access
 def stop(
     run_id: str = typer.Argument(..., help="The run id."),
     state_dir: Path = StateDirOption,
@@ -261,14 +258,11 @@ def stop(
         False, "--purge", help="nomad: also remove the job from Nomad (nothing left to inspect)."
     ),
     orchestrator_kind: OrchestratorKind | None = WhichOrchestratorOption,
-    nomad_addr: str | None = nomad_cli.NomadAddrOption,
-    nomad_token: str | None = nomad_cli.NomadTokenOption,
-    nomad_namespace: str | None = nomad_cli.NomadNamespaceOption,
-    nomad_region: str | None = nomad_cli.NomadRegionOption,
+    *,
+    nomad: nomad_cli.NomadAccess,
 ) -> None:
     """Stop a run: SIGTERM every task, SIGKILL what is left after the grace period."""
-    nomad = (nomad_addr, nomad_token, nomad_namespace, nomad_region)
-    if on_nomad := _nomad_holding(orchestrator_kind, state_dir, run_id, *nomad):
+    if on_nomad := _nomad_holding(orchestrator_kind, state_dir, run_id, nomad):
         on_nomad.require_job(run_id)  # stopping nothing is a wrong run id, not success
         on_nomad.stop(run_id, purge=purge)
         on_nomad.wait_ended(run_id, 60.0)
@@ -282,7 +276,7 @@ def stop(
 
 
 def _on_nomad(
-    kind: OrchestratorKind | None, state_dir: Path, run_id: str, nomad_addr: str | None
+    kind: OrchestratorKind | None, state_dir: Path, run_id: str, nomad: nomad_cli.NomadAccess
 ) -> bool:
     """Explicit ``--orchestrator``, else local when this state dir has the run, else nomad
     when a Nomad address is configured."""
@@ -290,22 +284,19 @@ def _on_nomad(
         return kind is OrchestratorKind.nomad
     if local_orchestrator(state_dir).run_dir(run_id).exists():
         return False
-    return nomad_cli.nomad_configured(nomad_addr)
+    return nomad.configured
 
 
 def _nomad_holding(
     kind: OrchestratorKind | None,
     state_dir: Path,
     run_id: str,
-    addr: str | None,
-    token: str | None,
-    namespace: str | None,
-    region: str | None,
+    nomad: nomad_cli.NomadAccess,
 ) -> NomadOrchestrator | None:
     """The Nomad orchestrator when the run is on Nomad (``_on_nomad``), else None."""
-    if not _on_nomad(kind, state_dir, run_id, addr):
+    if not _on_nomad(kind, state_dir, run_id, nomad):
         return None
-    return nomad_cli.orchestrator_for(addr, token, namespace, region)
+    return nomad.orchestrator()
 
 
 def register(app: typer.Typer) -> None:
