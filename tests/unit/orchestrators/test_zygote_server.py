@@ -140,7 +140,8 @@ def test_an_idle_zygote_exits_and_removes_its_socket(socket_dir: Path) -> None:
     for pid in serving:
         wait_until(lambda p=pid: _gone(p), what="its exit")
     assert not [pid for pid in _pids() if f"--socket {path}" in _cmdline_or_empty(pid)]
-    assert not list(socket_dir.glob("*.log"))  # a clean exit leaves no log behind
+    left = {log.name: log.read_text(errors="replace") for log in socket_dir.glob("*.log")}
+    assert not left, f"a clean exit leaves no log behind; left: {left}"
 
 
 def _pids() -> list[int]:
