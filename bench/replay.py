@@ -7,13 +7,21 @@ Figures (one JSON line each, the baseline measured in the same run, on the same 
 * ``parquet_to_batches``: the same from the Parquet export (pyarrow, row-group batches);
 * ``export_parquet``: transitions/s of ``replay export --format parquet`` (topic -> file);
 * ``export_peak_memory``: peak traced memory (tracemalloc: Python and numpy allocations)
-  while exporting the whole topic, against exporting a quarter of it: flat means ~1.
+  while exporting the whole topic, against exporting a quarter of it: flat means ~1;
+* ``topic_to_batches_mb_s``: the same read in MB/s of records (keys and values, as Kafka
+  counts them) against Kafka's own consumer, ``kafka-consumer-perf-test``
+  (``org.apache.kafka.tools.ConsumerPerformance`` of the broker's version, its
+  ``fetch.MB.sec``: group join left out, as ours leaves out opening the reader), on the same
+  topic, passes alternating; the median of each with the spread (min-max) of the passes.
+  The ceiling: a JVM consumer that reads the bytes and decodes nothing.
 
 The baseline is a generic Kafka-to-Avro consumer: one ``poll()`` per record, one fastavro
 datum per record, the transitions appended row by row into Python lists and turned into
 arrays per batch, as a consumer that knows nothing of the chunk layout would.
 
-Usage: ``KAFKA_BOOTSTRAP_SERVERS=host:port python bench/replay.py [--quick]``.
+Usage: ``KAFKA_BOOTSTRAP_SERVERS=host:port python bench/replay.py [--quick]``. The Kafka
+consumer needs Java and, once, Maven: the ``kafka-tools`` jar is fetched from Maven Central
+beside the stack's broker jars (``~/.cache/coach-stream/kafka/<version>/tools``).
 """
 
 from __future__ import annotations
@@ -21,6 +29,9 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -41,6 +52,8 @@ from coach_stream.core import ExperienceChunk
 from coach_stream.replay.export.run import run_export
 from coach_stream.replay.range import Bound
 from coach_stream.replay.reader import ReplayReader
+from coach_stream.stack import default_cache_dir
+from coach_stream.stack.kafka import DEPENDENCY_PLUGIN, KAFKA_VERSION
 from coach_stream.transport import clients
 from coach_stream.transport.admin import delete_run_topics, ensure_run_topics
 from coach_stream.transport.settings import KafkaSettings, RunTopics
@@ -58,10 +71,12 @@ def line(metric: str, value: float, unit: str, baseline_value: float | None, **e
     )
 
 
-def produce(settings: KafkaSettings, topic: str, records: int) -> int:
-    """``records`` CartPole chunks of CHUNK_STEPS steps (random observations); transitions."""
+def produce(settings: KafkaSettings, topic: str, records: int) -> tuple[int, int]:
+    """``records`` CartPole chunks of CHUNK_STEPS steps (random observations): (transitions,
+    bytes of keys and values)."""
     rng = np.random.default_rng(0)
     run_id = topic.split(".")[1]
+    size = 0
     with KafkaRecordProducer(settings, topic) as producer:
         for i in range(records):
             worker, env = i % 8, (i // 8) % 8
@@ -80,9 +95,11 @@ def produce(settings: KafkaSettings, topic: str, records: int) -> int:
                 truncated=np.zeros(CHUNK_STEPS, np.bool_),
                 created_at_ms=1,
             )
-            producer.produce(chunk.key.encode(), encode_chunk(chunk))
+            key, value = chunk.key.encode(), encode_chunk(chunk)
+            size += len(key) + len(value)
+            producer.produce(key, value)
         producer.flush(120)
-    return records * CHUNK_STEPS
+    return records * CHUNK_STEPS, size
 
 
 def topic_to_batches(settings: KafkaSettings, topic: str) -> tuple[float, float, int]:
@@ -145,6 +162,64 @@ def baseline(settings: KafkaSettings, topic: str, records: int) -> tuple[float, 
     return rows / wall, rows / cpu
 
 
+def kafka_tools_jar() -> Path | str:
+    """The ``kafka-tools`` jar of the broker's version (fetched once), or why there is none."""
+    folder = default_cache_dir() / "kafka" / KAFKA_VERSION / "tools"
+    jar = folder / f"kafka-tools-{KAFKA_VERSION}.jar"
+    if jar.exists():
+        return jar
+    mvn = shutil.which("mvn")
+    if mvn is None or shutil.which("java") is None:
+        return "kafka-consumer-perf-test needs java and mvn on PATH"
+    fetched = subprocess.run(
+        [mvn, "-B", "-q", f"{DEPENDENCY_PLUGIN}:copy",
+         f"-Dartifact=org.apache.kafka:kafka-tools:{KAFKA_VERSION}", f"-DoutputDirectory={folder}"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if fetched.returncode != 0 or not jar.exists():
+        return f"mvn could not fetch kafka-tools {KAFKA_VERSION}: {fetched.stdout[-300:]}"
+    return jar
+
+
+def kafka_consumer_perf(tools: Path, servers: str, topic: str, records: int) -> float:
+    """Kafka's own consumer on ``topic``: MB/s while fetching (``fetch.MB.sec``)."""
+    libs = default_cache_dir() / "kafka" / KAFKA_VERSION / "libs"
+    done = subprocess.run(
+        ["java", "-Xmx512m", "-cp", f"{libs}/*:{tools}",
+         "org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", servers,
+         "--topic", topic, "--num-records", str(records), "--timeout", "60000",
+         "--group", f"bench-perf-{uuid.uuid4().hex[:8]}"],
+        capture_output=True, text=True, check=True, timeout=300,
+    )  # fmt: skip
+    header, values = [ln for ln in done.stdout.splitlines() if "," in ln][-2:]
+    stats = dict(zip([h.strip() for h in header.split(",")], values.split(","), strict=True))
+    if int(stats["data.consumed.in.nMsg"]) != records:
+        raise RuntimeError(f"kafka-consumer-perf-test read {stats['data.consumed.in.nMsg']}")
+    return float(stats["fetch.MB.sec"])
+
+
+def against_kafka(
+    settings: KafkaSettings, topic: str, records: int, size: int, passes: int
+) -> None:
+    """Topic -> batches in MB/s against Kafka's own consumer, passes alternating."""
+    tools = kafka_tools_jar()
+    if isinstance(tools, str):
+        jsonl.emit("replay", "topic_to_batches_mb_s", None, "MB/s", "kafka_consumer_perf_test",
+                   None, skipped=tools)  # fmt: skip
+        return
+    ours, theirs = [], []
+    for _ in range(passes):
+        theirs.append(kafka_consumer_perf(tools, settings.bootstrap_servers, topic, records))
+        ours.append(size / 2**20 * topic_to_batches(settings, topic)[0] / (records * CHUNK_STEPS))
+    line(
+        "topic_to_batches_mb_s", statistics.median(ours), "MB/s", statistics.median(theirs),
+        baseline="kafka_consumer_perf_test", passes=passes,
+        spread=[round(min(ours), 1), round(max(ours), 1)],
+        baseline_spread=[round(min(theirs), 1), round(max(theirs), 1)],
+        ratio_spread=[round(min(ours) / max(theirs), 2), round(max(ours) / min(theirs), 2)],
+    )  # fmt: skip
+
+
 def _flush(*columns: list[Any]) -> int:
     arrays = [np.array(c) for c in columns]
     for c in columns:
@@ -188,7 +263,7 @@ def main() -> int:
     topics = RunTopics.for_run(f"bench-replay-{uuid.uuid4().hex[:8]}")
     ensure_run_topics(settings, topics, PARTITIONS)
     try:
-        produce(settings, topics.experience, records)
+        _, size = produce(settings, topics.experience, records)
         # best of two: on a shared machine a pass can lose the CPU to others for a while
         bases = [baseline(settings, topics.experience, baseline_records) for _ in range(2)]
         base, base_cpu = max(b[0] for b in bases), max(b[1] for b in bases)
@@ -199,6 +274,7 @@ def main() -> int:
         # the same per CPU-second used by this process (librdkafka's threads included): what
         # one idle core gives, independent of how busy a shared machine is
         line("topic_to_batches_per_cpu_s", rate_cpu, "transitions/cpu-s", base_cpu)
+        against_kafka(settings, topics.experience, records, size, 2 if args.quick else 5)
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
             start = time.perf_counter()
