@@ -1,0 +1,179 @@
+"""Rollout per core: a worker's env steps per CPU-second against the bare env's.
+
+One process, one preset's vector env (its ``num_envs``, env and wrappers), four loops timed
+in turn, each for ``--seconds`` per round, the order alternating between rounds (ABCD,
+DCBA, ...), the median of the rounds kept. Rates are env steps per CPU-second of this
+process (``time.process_time``: every thread, librdkafka's included), so a busy machine
+slows the wall clock but not the figure much, and each loop is charged what it really costs:
+
+* ``bare_env``: the vector env stepped with a fixed random policy (pre-drawn actions): no
+  policy, no chunker, no codec, no Kafka. The ceiling;
+* ``env_policy``: the same steps with the preset's torch policy choosing the actions;
+* ``worker_no_kafka``: the rollout worker's own loop (``RolloutWorker.act_share``: policy,
+  env, chunker, and encode_chunk per chunk) writing to a writer that sends nothing;
+* ``worker``: the same loop producing to a real experience topic through the worker's
+  ``KafkaExperienceWriter`` (the stack's broker), as a rollout task does.
+
+One JSON line per loop (baseline: ``bare_env``; ratio = the share of the ceiling kept) and
+``--profile`` prints the worker loop's top functions by own time (cProfile).
+
+Usage (stack up for ``worker``): ``KAFKA_BOOTSTRAP_SERVERS=host:port python bench/rollout.py
+[--quick] [--preset cartpole-ppo] [--seconds S] [--rounds R] [--profile]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+
+import jsonl
+import numpy as np
+import torch
+from standins import DiscardingWriter, FixedPolicy
+
+from coach_stream.algorithms import builder_for
+from coach_stream.config import Preset, load_preset
+from coach_stream.core import LoadedPolicy, PolicyVersion
+from coach_stream.envs import SeedRole, env_seeds, env_shape, make_vector_env, process_seed
+from coach_stream.events import EventList
+from coach_stream.rollout.worker import RolloutWorker
+from coach_stream.transport.admin import delete_run_topics, ensure_run_topics
+from coach_stream.transport.settings import KafkaSettings, RunTopics
+from coach_stream.transport.writer import KafkaExperienceWriter
+
+Loop = Callable[[], int]  # one call: some env steps; returns how many
+
+
+def cpu_rate(loop: Loop, seconds: float) -> float:
+    """Env steps per CPU-second of ``loop`` run for ``seconds`` of CPU time (warmed first)."""
+    loop()
+    done, began = 0, time.process_time()
+    while time.process_time() - began < seconds:
+        done += loop()
+    return done / (time.process_time() - began)
+
+
+def bare_env(preset: Preset) -> Loop:
+    envs = make_vector_env(preset.env_id, preset.rollout.num_envs, preset.env_wrappers)
+    envs.reset(seed=0)
+    space = envs.action_space
+    space.seed(0)
+    actions = [space.sample() for _ in range(64)]  # drawn before timing: a fixed policy
+    counter = iter(range(1 << 62))
+
+    def step() -> int:
+        envs.step(actions[next(counter) % 64])
+        return envs.num_envs
+
+    return step
+
+
+def worker(preset: Preset, writer: object, with_env_only: bool = False) -> Loop:
+    """``RolloutWorker.act_share`` (or, ``with_env_only``, only its policy + env steps)."""
+    builder = builder_for(preset)
+    envs = make_vector_env(preset.env_id, preset.rollout.num_envs, preset.env_wrappers)
+    shape = env_shape(envs)
+    learner = builder.make_learner(shape, 1, torch.Generator().manual_seed(1))
+    version = PolicyVersion("bench", 0, "mem://0", "", 0, 0, 0, 0)
+    policy = LoadedPolicy(version, dict(learner.policy_state_dict()))
+    actor = builder.make_actor(shape, False, process_seed(preset.seed, 0, SeedRole.ROLLOUT))
+    settings = replace(builder.make_worker_settings("bench", 0), log_every_s=1e9)
+    seeds = env_seeds(preset.seed, 0, preset.rollout.num_envs, SeedRole.ROLLOUT)
+    source = FixedPolicy(policy)
+    loop = RolloutWorker(envs, actor, writer, source, settings, seeds, EventList())  # type: ignore[arg-type]
+    loop.start()
+    if not with_env_only:
+        return loop.act_share
+
+    last = [loop.chunker.last_obs]
+
+    def policy_and_env() -> int:
+        obs = last[0]
+        for _ in range(settings.share_steps):
+            obs, *_ = envs.step(actor.act(obs).actions)
+        last[0] = obs
+        return settings.share_steps * envs.num_envs
+
+    return policy_and_env
+
+
+def interleaved(loops: dict[str, Loop], seconds: float, rounds: int) -> dict[str, list[float]]:
+    rates: dict[str, list[float]] = {name: [] for name in loops}
+    names = list(loops)
+    for round_ in range(rounds):
+        for name in names if round_ % 2 == 0 else names[::-1]:
+            rates[name].append(cpu_rate(loops[name], seconds))
+    return rates
+
+
+def profile(loop: Loop, seconds: float, top: int = 20) -> str:
+    profiler = cProfile.Profile()
+    profiler.enable()
+    cpu_rate(loop, seconds)
+    profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds: < 60 s")
+    parser.add_argument("--preset", default="cartpole-ppo")
+    parser.add_argument("--seconds", type=float, default=None, help="CPU-seconds per loop")
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    seconds = args.seconds or (2.0 if args.quick else 5.0)
+    rounds = args.rounds or (2 if args.quick else 5)
+    torch.set_num_threads(1)  # as a rollout task runs (one core per worker)
+    preset = load_preset(args.preset)
+    servers = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    loops = {
+        "bare_env": bare_env(preset),
+        "env_policy": worker(preset, DiscardingWriter(), with_env_only=True),
+        "worker_no_kafka": worker(preset, DiscardingWriter()),
+    }
+    settings = KafkaSettings(bootstrap_servers=servers) if servers else None
+    topics = RunTopics.for_run(f"bench-rollout-{uuid.uuid4().hex[:8]}")
+    writer = None
+    if settings is not None:
+        ensure_run_topics(settings, topics, 4)
+        writer = KafkaExperienceWriter(settings, topics.experience)
+        loops["worker"] = worker(preset, writer)
+    try:
+        rates = interleaved(loops, seconds, rounds)
+        if args.profile:
+            print(profile(loops.get("worker", loops["worker_no_kafka"]), seconds), file=sys.stderr)
+    finally:
+        if writer is not None and settings is not None:
+            writer.flush(30.0)
+            writer.close()
+            delete_run_topics(settings, topics)
+    ceiling = statistics.median(rates["bare_env"])
+    for name, values in rates.items():
+        jsonl.emit(
+            "rollout", f"{name}_steps_per_cpu_s", statistics.median(values), "env steps/cpu-s",
+            "bare_env", ceiling, digits=0, ratio_digits=3, preset=args.preset,
+            num_envs=preset.rollout.num_envs, rounds=rounds,
+            spread=[round(min(values)), round(max(values))],
+        )  # fmt: skip
+    if settings is None:
+        why = "set KAFKA_BOOTSTRAP_SERVERS (eval $(coach-stream stack env))"
+        jsonl.emit("rollout", "worker_steps_per_cpu_s", None, "env steps/cpu-s", "bare_env",
+                   ceiling, skipped=why)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    sys.exit(main())
