@@ -1,0 +1,111 @@
+"""The "Ceilings" table of docs/performance.md: each hot path against the part beneath it.
+
+Runs the benches that measure a path beside its ceiling in the same run (``rollout.py``,
+``replay.py``), or reads their JSON lines from ``--from FILE...``, and prints the Markdown
+table (path | ceiling | ours | ratio | what limits it); ``--write`` replaces the table in
+docs/performance.md between its markers. Every figure is a bench line; nothing is typed in.
+
+Usage (stack up): ``python scripts/ceilings.py [--quick] [--from lines.jsonl ...] [--write]``
+(a table of bench lines, not a bench itself: ``make bench-quick`` runs the benches).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / "bench"
+DOC = REPO / "docs" / "performance.md"
+BEGIN, END = "<!-- ceilings:begin -->", "<!-- ceilings:end -->"
+
+
+@dataclass(frozen=True)
+class Row:
+    bench: str
+    metric: str
+    path: str
+    ceiling: str
+    limit: str
+
+
+PATHS = (
+    Row("rollout", "worker_steps_per_cpu_s", "rollout worker, CartPole (`cartpole-ppo`, 8 envs), "
+          "env steps per CPU-second", "the bare vector env, random actions",
+          "the policy's forward pass (numpy MLP) costs about as much as the env; then the "
+          "chunker, the codec and the producer call (librdkafka's threads: ~4 %)"),
+    Row("rollout", "env_policy_steps_per_cpu_s", "env + policy only (no chunker, codec or Kafka)",
+          "the bare vector env", "the policy's forward pass"),
+    Row("replay", "topic_to_batches_mb_s", "replay: topic -> training batches, MB/s of records",
+          "Kafka's own consumer (`kafka-consumer-perf-test`, fetch MB/s)",
+          "ours decodes every record into training columns in one Python process; Kafka's "
+          "tool only counts the bytes it fetched (several JVM threads)"),
+)  # fmt: skip
+
+
+def run_benches(quick: bool) -> list[dict[str, object]]:
+    lines: list[dict[str, object]] = []
+    for script in ("rollout.py", "replay.py"):
+        args = [sys.executable, str(BENCH / script), *(["--quick"] if quick else [])]
+        done = subprocess.run(args, capture_output=True, text=True, check=True, cwd=BENCH)
+        lines += [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return lines
+
+
+def number(value: object) -> str:
+    v = float(value)  # type: ignore[arg-type]
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:g}"
+
+
+def table(lines: list[dict[str, object]]) -> str:
+    found = {(str(line["bench"]), str(line["metric"])): line for line in lines}
+    rows = ["| path | ceiling | ours | ceiling's figure | ratio | what limits it |",
+            "|---|---|---|---|---|---|"]  # fmt: skip
+    for p in PATHS:
+        line = found.get((p.bench, p.metric))
+        if line is None or line.get("value") is None:
+            why = "" if line is None else str(line.get("skipped", ""))
+            rows.append(f"| {p.path} | {p.ceiling} | not measured {why} | | | |")
+            continue
+        spread = f" (passes {line['spread']})" if "spread" in line else ""
+        rows.append(
+            f"| {p.path} | {p.ceiling} | {number(line['value'])} {line['unit']}{spread} | "
+            f"{number(line['baseline_value'])} | {line['ratio']} | {p.limit} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def write(doc: Path, text: str) -> None:
+    page = doc.read_text()
+    if BEGIN not in page or END not in page:
+        raise SystemExit(f"{doc} has no {BEGIN} ... {END} markers for the table")
+    head, rest = page.split(BEGIN, 1)
+    doc.write_text(head + BEGIN + "\n" + text + END + rest.split(END, 1)[1])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="the benches' --quick: < 60 s each")
+    parser.add_argument("--from", dest="sources", nargs="*", type=Path, default=None)
+    parser.add_argument("--write", action="store_true", help=f"replace the table in {DOC.name}")
+    args = parser.parse_args()
+    if args.sources:
+        lines = [json.loads(x) for f in args.sources for x in f.read_text().splitlines() if x]
+    else:
+        lines = run_benches(args.quick)
+        for line in lines:
+            print(json.dumps(line))
+    text = table(lines)
+    if args.write:
+        write(DOC, text)
+    else:
+        print(text, file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
