@@ -143,7 +143,7 @@ def with_nomad_access(command: Command) -> Command:
 
     @functools.wraps(command)
     def with_access(*args: Any, **kwargs: Any) -> None:
-        access = NomadAccess(*(kwargs.pop(name) for name in _ACCESS_OPTIONS))
+        access = NomadAccess(*(kwargs.pop(name, None) for name in _ACCESS_OPTIONS))
         command(*args, nomad=access, **kwargs)
 
     parameters = [*kept, *added]
