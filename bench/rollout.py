@@ -10,9 +10,12 @@ slows the wall clock but not the figure much, and each loop is charged what it r
   policy, no chunker, no codec, no Kafka. The ceiling;
 * ``env_policy``: the same steps with the preset's torch policy choosing the actions;
 * ``worker_no_kafka``: the rollout worker's own loop (``RolloutWorker.act_share``: policy,
-  env, chunker, and encode_chunk per chunk) writing to a writer that sends nothing;
-* ``worker``: the same loop producing to a real experience topic through the worker's
-  ``KafkaExperienceWriter`` (the stack's broker), as a rollout task does.
+  env and chunker) handing its chunks to a writer that neither encodes nor sends them;
+* ``worker``: the same loop encoding and producing to a real experience topic through the
+  worker's ``KafkaExperienceWriter`` (the stack's broker), as a rollout task does.
+
+``--set rollout.num_envs=32`` (any preset override) measures a wider vector env: one
+forward pass then serves more env steps.
 
 One JSON line per loop (baseline: ``bare_env``; ratio = the share of the ceiling kept) and
 ``--profile`` prints the worker loop's top functions by own time (cProfile).
@@ -39,6 +42,7 @@ import jsonl
 import numpy as np
 import torch
 from standins import DiscardingWriter, FixedPolicy
+from threadpoolctl import threadpool_limits
 
 from coach_stream.algorithms import builder_for
 from coach_stream.config import Preset, load_preset
@@ -132,11 +136,17 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=None, help="CPU-seconds per loop")
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="preset override, e.g. rollout.num_envs=32 (the policy's cost per env step "
+        "falls as one forward pass serves more envs)",
+    )  # fmt: skip
     args = parser.parse_args()
     seconds = args.seconds or (2.0 if args.quick else 5.0)
     rounds = args.rounds or (2 if args.quick else 5)
-    torch.set_num_threads(1)  # as a rollout task runs (one core per worker)
-    preset = load_preset(args.preset)
+    torch.set_num_threads(1)  # as a rollout task runs (one core per worker) ...
+    threadpool_limits(limits=1, user_api="blas")  # ... and one BLAS thread (setup_process)
+    preset = load_preset(args.preset, args.set)
     servers = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     loops = {
         "bare_env": bare_env(preset),
@@ -164,7 +174,7 @@ def main() -> int:
         jsonl.emit(
             "rollout", f"{name}_steps_per_cpu_s", statistics.median(values), "env steps/cpu-s",
             "bare_env", ceiling, digits=0, ratio_digits=3, preset=args.preset,
-            num_envs=preset.rollout.num_envs, rounds=rounds,
+            num_envs=preset.rollout.num_envs, rounds=rounds, overrides=args.set,
             spread=[round(min(values)), round(max(values))],
         )  # fmt: skip
     if settings is None:

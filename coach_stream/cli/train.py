@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 import torch
 import typer
+from threadpoolctl import threadpool_limits
 
 from coach_stream.algorithms import builder_for, chunk_spec
 from coach_stream.checkpoints import open_store
@@ -37,8 +38,18 @@ from coach_stream.transport.telemetry import STARTED, TelemetrySink, fan_out
 
 
 def setup_process() -> None:
-    """One torch thread per process (N workers share few cores); logs to stderr."""
+    """One torch thread and one BLAS thread per process (N workers share few cores); logs
+    to stderr.
+
+    numpy's OpenBLAS starts a thread per core and spreads a matrix product over them once
+    it is large enough: a rollout worker's numpy policy on 32 envs then spun its threads
+    against the other tasks' and moved 3,900 env steps per CPU-second instead of 42,000
+    (``bench/rollout.py --set rollout.num_envs=32`` beside two busy loops). The limit is
+    set at run time because a warm-forked task's numpy was loaded before its environment
+    was read.
+    """
     torch.set_num_threads(1)
+    threadpool_limits(limits=1, user_api="blas")
     logging.basicConfig(
         stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(name)s %(message)s"
     )
