@@ -1,9 +1,10 @@
 """The "Ceilings" table of docs/performance.md: each hot path against the part beneath it.
 
-Runs the benches that measure a path beside its ceiling in the same run (``rollout.py``,
-``replay.py``), or reads their JSON lines from ``--from FILE...``, and prints the Markdown
-table (path | ceiling | ours | ratio | what limits it); ``--write`` replaces the table in
-docs/performance.md between its markers. Every figure is a bench line; nothing is typed in.
+Runs the benches that measure a path beside its ceiling in the same run (``rollout.py`` at 8
+and 32 envs, ``against_sample_factory.py``, ``replay.py``), or reads their JSON lines from
+``--from FILE...``, and prints the Markdown table (path | ceiling | ours | ratio | what
+limits it); ``--write`` replaces the table in docs/performance.md between its markers.
+Every figure is a bench line; nothing is typed in.
 
 Usage (stack up): ``python scripts/ceilings.py [--quick] [--from lines.jsonl ...] [--write]``
 (a table of bench lines, not a bench itself: ``make bench-quick`` runs the benches).
@@ -47,6 +48,11 @@ PATHS = (
           "the same costs, the forward pass shared by 4x the envs", num_envs=32),
     Row("rollout", "env_policy_steps_per_cpu_s", "env + policy only, 32 envs",
           "the bare vector env", "the policy's forward pass", num_envs=32),
+    Row("sample_factory", "worker_steps_per_cpu_s", "rollout worker (8 envs) against Sample "
+          "Factory 2.1.1's sampler (2 workers x 8 envs, its inference worker), CartPole",
+          "Sample Factory's env steps per CPU-second of its process tree (a ratio above 1: "
+          "ours moves more)", "not a ceiling but the reference sampler: its rollout and "
+          "inference workers trade every step through shared memory and signals", num_envs=8),
     Row("replay", "topic_to_batches_mb_s", "replay: topic -> training batches, MB/s of records",
           "Kafka's own consumer (`kafka-consumer-perf-test`, fetch MB/s)",
           "ours decodes every record into training columns in one Python process; Kafka's "
@@ -56,7 +62,8 @@ PATHS = (
 
 def run_benches(quick: bool) -> list[dict[str, object]]:
     lines: list[dict[str, object]] = []
-    for script in ("rollout.py", "rollout.py --set rollout.num_envs=32", "replay.py"):
+    for script in ("rollout.py", "rollout.py --set rollout.num_envs=32",
+                   "against_sample_factory.py", "replay.py"):  # fmt: skip
         args = [sys.executable, str(BENCH / script.split()[0]), *script.split()[1:]]
         args += ["--quick"] if quick else []
         done = subprocess.run(args, capture_output=True, text=True, check=True, cwd=BENCH)
