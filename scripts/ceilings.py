@@ -38,8 +38,8 @@ class Row:
 PATHS = (
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, CartPole (`cartpole-ppo`, 8 envs), "
           "env steps per CPU-second", "the bare vector env, random actions",
-          "per env step in Python: the policy's forward pass and sampling (~70 us per act, a "
-          "third of the 8 envs' step), the chunker's writes and emits, then encoding and "
+          "per env step in Python: the policy's forward pass and sampling (~70 us per act, "
+          "about 40 % of the 8 envs' step), the chunker's writes and emits, then encoding and "
           "producing the share's chunks", num_envs=8),
     Row("rollout", "env_policy_steps_per_cpu_s", "env + policy only (no chunker, codec or Kafka)",
           "the bare vector env", "the policy's forward pass", num_envs=8),
@@ -51,8 +51,8 @@ PATHS = (
     Row("sample_factory", "worker_steps_per_cpu_s", "rollout worker (8 envs) against Sample "
           "Factory 2.1.1's sampler (2 workers x 8 envs, its inference worker), CartPole",
           "Sample Factory's env steps per CPU-second of its process tree (a ratio above 1: "
-          "ours moves more)", "not a ceiling but the reference sampler: its rollout and "
-          "inference workers trade every step through shared memory and signals", num_envs=8),
+          "ours moves more)", "not a ceiling but the reference sampler; its rollout and "
+          "inference workers exchange every step between processes (not profiled here)", num_envs=8),
     Row("replay", "topic_to_batches_mb_s", "replay: topic -> training batches, MB/s of records",
           "Kafka's own consumer (`kafka-consumer-perf-test`, fetch MB/s)",
           "ours decodes every record into training columns in one Python process; Kafka's "
