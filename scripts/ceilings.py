@@ -52,7 +52,8 @@ PATHS = (
           "Factory 2.1.1's sampler (2 workers x 8 envs, its inference worker), CartPole",
           "Sample Factory's env steps per CPU-second of its process tree (a ratio above 1: "
           "ours moves more)", "not a ceiling but the reference sampler; its rollout and "
-          "inference workers exchange every step between processes (not profiled here)", num_envs=8),
+          "inference workers exchange every step between processes (not profiled here)",
+          num_envs=8),
     Row("replay", "topic_to_batches_mb_s", "replay: topic -> training batches, MB/s of records",
           "Kafka's own consumer (`kafka-consumer-perf-test`, fetch MB/s)",
           "ours decodes every record into training columns in one Python process; Kafka's "
