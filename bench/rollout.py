@@ -36,20 +36,15 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
 
 import jsonl
 import numpy as np
 import torch
-from standins import DiscardingWriter, FixedPolicy
+from standins import DiscardingWriter, bench_worker
 from threadpoolctl import threadpool_limits
 
-from coach_stream.algorithms import builder_for
 from coach_stream.config import Preset, load_preset
-from coach_stream.core import LoadedPolicy, PolicyVersion
-from coach_stream.envs import SeedRole, env_seeds, env_shape, make_vector_env, process_seed
-from coach_stream.events import EventList
-from coach_stream.rollout.worker import RolloutWorker
+from coach_stream.envs import make_vector_env
 from coach_stream.transport.admin import delete_run_topics, ensure_run_topics
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 from coach_stream.transport.writer import KafkaExperienceWriter
@@ -83,17 +78,8 @@ def bare_env(preset: Preset) -> Loop:
 
 def worker(preset: Preset, writer: object, with_env_only: bool = False) -> Loop:
     """``RolloutWorker.act_share`` (or, ``with_env_only``, only its policy + env steps)."""
-    builder = builder_for(preset)
-    envs = make_vector_env(preset.env_id, preset.rollout.num_envs, preset.env_wrappers)
-    shape = env_shape(envs)
-    learner = builder.make_learner(shape, 1, torch.Generator().manual_seed(1))
-    version = PolicyVersion("bench", 0, "mem://0", "", 0, 0, 0, 0)
-    policy = LoadedPolicy(version, dict(learner.policy_state_dict()))
-    actor = builder.make_actor(shape, False, process_seed(preset.seed, 0, SeedRole.ROLLOUT))
-    settings = replace(builder.make_worker_settings("bench", 0), log_every_s=1e9)
-    seeds = env_seeds(preset.seed, 0, preset.rollout.num_envs, SeedRole.ROLLOUT)
-    source = FixedPolicy(policy)
-    loop = RolloutWorker(envs, actor, writer, source, settings, seeds, EventList())  # type: ignore[arg-type]
+    loop = bench_worker(preset, writer)
+    envs, actor, settings = loop.envs, loop.actor, loop.settings
     loop.start()
     if not with_env_only:
         return loop.act_share

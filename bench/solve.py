@@ -51,20 +51,15 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import jsonl
 import torch
 from sb3_solve import learn_until_solved
-from standins import DiscardingWriter, FixedPolicy
+from standins import DiscardingWriter, bench_worker
 
-from coach_stream.algorithms import builder_for
 from coach_stream.config import Preset, load_preset
-from coach_stream.core import LoadedPolicy, PolicyVersion
-from coach_stream.envs import SeedRole, env_seeds, env_shape, make_vector_env, process_seed
-from coach_stream.events import EventList
 from coach_stream.orchestrators import (
     LaunchSettings,
     LocalOrchestrator,
@@ -75,7 +70,6 @@ from coach_stream.orchestrators import (
 )
 from coach_stream.orchestrators.launcher import follow, prepare_topics
 from coach_stream.orchestrators.zygote_client import ZygoteClient
-from coach_stream.rollout.worker import RolloutWorker
 from coach_stream.transport.admin import ensure_run_topics
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 from coach_stream.transport.writer import KafkaExperienceWriter
@@ -228,16 +222,7 @@ def rollout_rate(preset: Preset, writer: Any, seconds: float) -> tuple[float, fl
     CPU time counts the producer's background threads too, and it is what a busy, shared
     machine cannot distort by descheduling us; on a dedicated core the two agree.
     """
-    envs = make_vector_env(preset.env_id, preset.rollout.num_envs)
-    shape = env_shape(envs)
-    builder = builder_for(preset)
-    learner = builder.make_learner(shape, 1, torch.Generator().manual_seed(1))
-    version = PolicyVersion("bench", 0, "mem://0", "", 0, 0, 0, 0)
-    policy = LoadedPolicy(version, dict(learner.policy_state_dict()))
-    actor = builder.make_actor(shape, False, process_seed(preset.seed, 0, SeedRole.ROLLOUT))
-    settings = replace(builder.make_worker_settings("bench", 0), log_every_s=1e9)
-    seeds = env_seeds(preset.seed, 0, preset.rollout.num_envs, SeedRole.ROLLOUT)
-    worker = RolloutWorker(envs, actor, writer, FixedPolicy(policy), settings, seeds, EventList())
+    worker = bench_worker(preset, writer)
     worker.start()
     worker.act_share()  # warm-up
     steps, began, cpu_began = 0, time.perf_counter(), time.process_time()
@@ -245,7 +230,7 @@ def rollout_rate(preset: Preset, writer: Any, seconds: float) -> tuple[float, fl
         steps += worker.act_share()
     writer.flush(30.0)  # producing is not done until the broker has it
     wall, cpu = time.perf_counter() - began, time.process_time() - cpu_began
-    envs.close()
+    worker.envs.close()
     return steps / wall, steps / cpu
 
 

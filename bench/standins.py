@@ -1,9 +1,20 @@
 """Stand-ins for a rollout worker's transport, so the benches can time its acting loop alone:
-a writer that sends nothing and a policy source with one version that never changes."""
+a writer that sends nothing, a policy source with one version that never changes, and a
+worker built on them."""
 
 from __future__ import annotations
 
-from coach_stream.core import ExperienceChunk, LoadedPolicy, RunFinished
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from coach_stream.algorithms import builder_for
+from coach_stream.config import Preset
+from coach_stream.core import ExperienceChunk, LoadedPolicy, PolicyVersion, RunFinished
+from coach_stream.envs import SeedRole, env_seeds, env_shape, make_vector_env, process_seed
+from coach_stream.events import EventList
+from coach_stream.rollout.worker import RolloutWorker
 
 
 class DiscardingWriter:
@@ -59,3 +70,18 @@ class FixedPolicy:
     @property
     def finished(self) -> RunFinished | None:
         return None
+
+
+def bench_worker(preset: Preset, writer: Any) -> RolloutWorker:
+    """Worker 0 of ``preset`` (its env, wrappers and vector width) acting an untrained
+    version 0 that never changes, writing to ``writer``; not started, no periodic log."""
+    builder = builder_for(preset)
+    envs = make_vector_env(preset.env_id, preset.rollout.num_envs, preset.env_wrappers)
+    shape = env_shape(envs)
+    learner = builder.make_learner(shape, 1, torch.Generator().manual_seed(1))
+    version = PolicyVersion("bench", 0, "mem://0", "", 0, 0, 0, 0)
+    policy = LoadedPolicy(version, dict(learner.policy_state_dict()))
+    actor = builder.make_actor(shape, False, process_seed(preset.seed, 0, SeedRole.ROLLOUT))
+    settings = replace(builder.make_worker_settings("bench", 0), log_every_s=1e9)
+    seeds = env_seeds(preset.seed, 0, preset.rollout.num_envs, SeedRole.ROLLOUT)
+    return RolloutWorker(envs, actor, writer, FixedPolicy(policy), settings, seeds, EventList())
