@@ -32,7 +32,8 @@ class Row:
     path: str
     ceiling: str
     limit: str
-    num_envs: int | None = None  # which of a bench's runs (rollout: one per vector width)
+    num_envs: int | None = None  # which of a bench's runs (rollout: one per vector width ...
+    preset: str | None = None  # ... and per preset)
 
 
 PATHS = (
@@ -40,14 +41,19 @@ PATHS = (
           "env steps per CPU-second", "the bare vector env, random actions",
           "per env step in Python: the policy's forward pass and sampling (~70 us per act, "
           "about 40 % of the 8 envs' step), the chunker's writes and emits, then encoding and "
-          "producing the share's chunks", num_envs=8),
+          "producing the share's chunks", num_envs=8, preset="cartpole-ppo"),
     Row("rollout", "env_policy_steps_per_cpu_s", "env + policy only (no chunker, codec or Kafka)",
-          "the bare vector env", "the policy's forward pass", num_envs=8),
+          "the bare vector env", "the policy's forward pass", num_envs=8, preset="cartpole-ppo"),
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, CartPole, 32 envs "
           "(`--set rollout.num_envs=32`)", "the bare vector env, random actions",
-          "the same costs, the forward pass shared by 4x the envs", num_envs=32),
+          "the same costs, the forward pass shared by 4x the envs", num_envs=32,
+          preset="cartpole-ppo"),
     Row("rollout", "env_policy_steps_per_cpu_s", "env + policy only, 32 envs",
-          "the bare vector env", "the policy's forward pass", num_envs=32),
+          "the bare vector env", "the policy's forward pass", num_envs=32, preset="cartpole-ppo"),
+    Row("rollout", "worker_steps_per_cpu_s", "rollout worker, LunarLander (`lunarlander-ppo`, "
+          "8 envs): an env that costs more per step", "the bare vector env, random actions",
+          "the same Python per env step, now a smaller share of a Box2D step", num_envs=8,
+          preset="lunarlander-ppo"),
     Row("sample_factory", "worker_steps_per_cpu_s", "rollout worker (8 envs) against Sample "
           "Factory 2.1.1's sampler (2 workers x 8 envs, its inference worker), CartPole",
           "Sample Factory's env steps per CPU-second of its process tree (a ratio above 1: "
@@ -64,7 +70,8 @@ PATHS = (
 def run_benches(quick: bool) -> list[dict[str, object]]:
     lines: list[dict[str, object]] = []
     for script in ("rollout.py", "rollout.py --set rollout.num_envs=32",
-                   "against_sample_factory.py", "replay.py"):  # fmt: skip
+                   "rollout.py --preset lunarlander-ppo", "against_sample_factory.py",
+                   "replay.py"):  # fmt: skip
         args = [sys.executable, str(BENCH / script.split()[0]), *script.split()[1:]]
         args += ["--quick"] if quick else []
         done = subprocess.run(args, capture_output=True, text=True, check=True, cwd=BENCH)
@@ -79,12 +86,13 @@ def number(value: object) -> str:
 
 def table(lines: list[dict[str, object]]) -> str:
     found = {
-        (str(line["bench"]), str(line["metric"]), line.get("num_envs")): line for line in lines
+        (str(line["bench"]), str(line["metric"]), line.get("num_envs"), line.get("preset")): line
+        for line in lines
     }
     rows = ["| path | ceiling | ours | ceiling's figure | ratio | what limits it |",
             "|---|---|---|---|---|---|"]  # fmt: skip
     for p in PATHS:
-        line = found.get((p.bench, p.metric, p.num_envs))
+        line = found.get((p.bench, p.metric, p.num_envs, p.preset))
         if line is None or line.get("value") is None:
             why = "" if line is None else str(line.get("skipped", ""))
             rows.append(f"| {p.path} | {p.ceiling} | not measured {why} | | | |")
