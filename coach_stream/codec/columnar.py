@@ -106,7 +106,10 @@ class _Parser:
             name = _NAMES[index][0]
             rows = np.flatnonzero(left & (name_len == len(name)))
             if len(rows):
-                got = self.buf[np.minimum(self.pos[rows, None] + np.arange(len(name)), self.limit)]
+                # each row's next len(name) bytes, one window row each (the buffer's zero
+                # padding is longer than any name: a position past the data reads zeros)
+                windows = np.lib.stride_tricks.sliding_window_view(self.buf, len(name))
+                got = windows[np.minimum(self.pos[rows], len(windows) - 1)]
                 matched = rows[(got == name).all(axis=1)]
                 if len(matched):
                     code[matched] = index

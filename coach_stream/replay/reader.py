@@ -179,6 +179,12 @@ class ReplayReader(ClosingContext):
         self, batch: list[Message], span: PartitionSpan, next_offset: int
     ) -> tuple[list[Message], int]:
         """The records of ``batch`` inside ``span``, and the next offset still to read."""
+        if batch and not any(map(Message.error, batch)):
+            # the usual case, records only: one partition's offsets only grow, so the last
+            # one tells whether every record is inside the span
+            last = batch[-1].offset()
+            if last is not None and last < span.end:
+                return batch, last + 1
         kept: list[Message] = []
         for message in batch:
             error = message.error()
