@@ -2,10 +2,13 @@
 (ONNX, TorchScript) and their one-line refusals.
 
 One cartpole-ppo run trains to rl-zoo's 100k env steps (its target out of reach, so it
-does not stop at the first evaluation round that passes 475: the learning rate has annealed
-to its floor by then, and 5 of 5 seeds' last evaluation returned 500, docs/benchmarks.md;
-a run stopped at its first 499 round once averaged 360 on other seeds) and every test reads
-it back from its topics and its checkpoint directory, as a user would after the run ended.
+does not stop at the first evaluation round that passes 475) and every test reads it back
+from its topics and its checkpoint directory, as a user would after the run ended. The
+newest version is not always the best one: in 5 of 5 seeds the last evaluation returned 500
+(docs/benchmarks.md), but in a fresh-clone run on 2026-12-04 the newest version averaged
+125 on seeds 100-119. So the export test compares the exported file with the torch policy
+episode by episode, not with a solved threshold; the run's solve is checked on its
+evaluations (``test_versions_...``: the best of them >= 475).
 """
 
 from __future__ import annotations
@@ -126,7 +129,9 @@ def test_an_exported_onnx_policy_acts_alone_as_the_run_evaluated_it(trained: Tra
     )  # fmt: skip
     assert alone.returncode == 0, alone.stderr
     returns = [float(r) for r in alone.stdout.split()]
-    assert len(returns) == 20 and sum(returns) / 20 >= 475, returns
+    # a trained policy, not an untrained one (greedy ~10, random ~22): the newest version of a
+    # run need not be its best, so no solved threshold here (test_versions checks the run)
+    assert len(returns) == 20 and sum(returns) / 20 > 50, returns
     played = trained.cli("play", trained.run_id, "--episodes", "20", "--seed", "100")
     torch_returns = [float(line.split()[3]) for line in played.stdout.splitlines()
                      if line.startswith("episode ")]  # fmt: skip
