@@ -40,14 +40,9 @@ export COACH_STREAM_KAFKA_IMAGE
 export COACH_STREAM_KAFKA=testcontainers COACH_STREAM_REQUIRE_SERVICES=1
 unset KAFKA_BOOTSTRAP_SERVERS
 
-# The suites that talk to Kafka, one training end-to-end, and the three-broker fault test.
-.venv/bin/pytest -p no:cacheprovider -q -rs --junitxml="$report/junit.xml" \
-  tests/integration/test_services.py \
-  tests/integration/test_transport.py \
-  tests/integration/test_control.py \
-  tests/integration/test_checkpoints_gcs.py \
-  "tests/integration/test_training_e2e.py::test_cartpole_ppo_sync_solves_through_the_cli_with_gcs_checkpoints" \
-  tests/integration/test_cluster.py \
+# The suites that talk to Kafka (scripts/kafka-suites.txt: the one list `make test` uses too).
+mapfile -t suites < <(grep -v -e '^#' -e '^$' scripts/kafka-suites.txt)
+.venv/bin/pytest -p no:cacheprovider -q -rs --junitxml="$report/junit.xml" "${suites[@]}" \
   "$@"
 status=$?
 

@@ -9,6 +9,10 @@
 #   bash scripts/test-lanes.sh fast [PYTEST ARGS]   the fast lane alone (`make unit`)
 #   bash scripts/test-lanes.sh all                  both lanes; the second runs even when the
 #                                                   first fails; exits non-zero if either did
+#   bash scripts/test-lanes.sh all --kafka-suites-elsewhere
+#                                                   both lanes without scripts/kafka-suites.txt:
+#                                                   `make test` runs those against
+#                                                   testcontainers Kafka right after, so once
 set -uo pipefail
 cd "$(dirname "$0")/.."
 pytest=.venv/bin/pytest
@@ -24,9 +28,16 @@ case "${1:-}" in
     exec "$pytest" -n 2 -q -p no:cacheprovider "${fast[@]}" "$@"
     ;;
   all)
+    shift
+    elsewhere=()
+    if [ "${1:-}" = --kafka-suites-elsewhere ]; then
+      shift
+      mapfile -t elsewhere < <(grep -v -e '^#' -e '^$' scripts/kafka-suites.txt)
+    fi
     status=0
     "$pytest" -n 2 -q -p no:cacheprovider "${fast[@]}" "${solo[@]/#/--ignore=}" || status=$?
-    "$pytest" "${solo[@]}" tests -q --durations=15 "${fast[@]/#/--ignore=}" || status=$?
+    "$pytest" "${solo[@]}" tests -q --durations=15 "${fast[@]/#/--ignore=}" \
+      "${elsewhere[@]/#/--deselect=}" "$@" || status=$?
     exit "$status"
     ;;
   *)
