@@ -282,6 +282,14 @@ class ExperienceReader(_Closeable, Protocol):
         """Records set aside so far instead of returned: undecodable, or not fitting the run."""
 
 
+class SourceRun(Protocol):
+    """The run whose experience a shadow learner reads (``coach-stream attach``): the shadow
+    ends when that run has ended and it has read everything the run's workers wrote."""
+
+    def exhausted(self) -> bool:
+        """Whether the source run finished and every record of its experience was read."""
+
+
 class ExperienceBacklog(Protocol):
     """How far the trainer's reading trails the experience log: an ASYNC worker's brake.
 

@@ -41,6 +41,10 @@ class Builder:
     """Chunks carry the behaviour columns (log-probs and values: the on-policy learners)."""
     refill: ClassVar[bool] = False
     """A resuming trainer re-reads the log into replay (the off-policy learners)."""
+    learns_from_any_policy: ClassVar[bool] = False
+    """It can learn from experience another run's policy acted (``coach-stream attach``):
+    the replay learners. PPO needs its own policy's; IMPALA's V-trace corrects a lag of a
+    few of its own versions, not another run's policy."""
 
     def __init__(self, preset: Preset) -> None:
         self.preset = preset
@@ -72,6 +76,7 @@ class ReplayBuilder(Builder):
     normalize_refusal = REPLAY_MIXES_STATISTICS
     behaviour = False
     refill = True
+    learns_from_any_policy = True
 
 
 class ActorCriticBuilder(Builder):

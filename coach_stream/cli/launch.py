@@ -261,9 +261,12 @@ def run(
             typer.echo(run_id)
             return
         loaded = plan.preset
+        fleet = f"{settings.workers} workers"
+        if settings.experience_from is not None:
+            fleet = f"learning from run {settings.experience_from}'s experience"
         err.print(
             f"run {run_id}: {loaded.env_id} {loaded.algorithm} ({loaded.mode}), "
-            f"{settings.workers} workers{target.where}, checkpoints {plan.checkpoints}"
+            f"{fleet}{target.where}, checkpoints {plan.checkpoints}"
         )
         following = time.monotonic()
         with scalars_written(settings.kafka_settings(), run_id, tensorboard, err) as poll:

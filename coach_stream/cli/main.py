@@ -25,6 +25,7 @@ from coach_stream.errors import CoachStreamError, DeliveryError, ServiceUnavaila
 COMMAND_MODULES: dict[str, str] = {
     "stack": "coach_stream.cli.stack",
     "launch": "coach_stream.cli.launch",
+    "attach": "coach_stream.cli.attach",
     "status": "coach_stream.cli.run_control",
     "logs": "coach_stream.cli.run_control",
     "stop": "coach_stream.cli.run_control",

@@ -68,8 +68,9 @@ class StatusSource(ClosingContext):
     ) -> None:
         topics = RunTopics.for_run(run_id)
         self.telemetry = RunTelemetry(run_id)
+        self._settings, self._topics, self._group = settings, topics, trainer_group(run_id)
         self._reader = TelemetryReader(settings, topics)
-        self._probe = BrokerProbe(settings, topics, trainer_group(run_id))
+        self._probe: BrokerProbe | None = None  # once the telemetry says which topic it reads
         self._scalars, self._clock = scalars, clock
         self._caught_up = False
 
@@ -91,14 +92,25 @@ class StatusSource(ClosingContext):
             self._feed(self._reader.poll(max(0.0, min(0.5, deadline - time.monotonic()))))
             if time.monotonic() >= deadline:
                 break
-        broker = self._probe.figures(reported_positions(self.telemetry.trainer))
+        broker = self._broker_probe().figures(reported_positions(self.telemetry.trainer))
         return build_status(self.telemetry, broker, self._clock())
+
+    def _broker_probe(self) -> BrokerProbe:
+        """The probe of the experience topic the trainer reads: a shadow learner's is its
+        source run's (``coach-stream attach``), read in the shadow's own group."""
+        if self._probe is None:
+            topics, source = self._topics, self.telemetry.run_info.get("experience_from")
+            if isinstance(source, str) and source:
+                topics = topics.reading_experience_of(source)
+            self._probe = BrokerProbe(self._settings, topics, self._group)
+        return self._probe
 
     def close(self) -> None:
         try:
             self._reader.close()
         finally:
-            self._probe.close()
+            if self._probe is not None:
+                self._probe.close()
 
 
 def show_status(

@@ -9,9 +9,10 @@ Progress goes to stdout as JSON lines, human logging to stderr.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import torch
 import typer
@@ -34,6 +35,7 @@ from coach_stream.transport.names import trainer_group
 from coach_stream.transport.reader import KafkaExperienceReader
 from coach_stream.transport.retention import parse_retention
 from coach_stream.transport.settings import KafkaSettings, RunTopics
+from coach_stream.transport.source import KafkaSourceRun
 from coach_stream.transport.telemetry import STARTED, TelemetrySink, fan_out
 
 
@@ -70,6 +72,13 @@ def train(
         help="Where the trainer learns: auto (a GPU when there is one), cpu or cuda. "
         "Default: the preset's trainer.device (cpu). Workers always act on the CPU.",
     ),
+    experience_from: str | None = typer.Option(
+        None,
+        "--experience-from",
+        help="Learn from this run's experience topic instead of the run's own: a shadow "
+        "learner (what `coach-stream attach` starts). It ends when that run has ended and "
+        "its experience was read to the end.",
+    ),
 ) -> None:
     """Train a preset: read experience, learn, announce policy versions, end the run."""
     setup_process()
@@ -78,6 +87,8 @@ def train(
     resolve_device(config.trainer.device)  # a missing GPU is reported before anything starts
     settings = kafka_settings(kafka)
     topics = RunTopics.for_run(run_id)
+    if experience_from is not None:
+        topics = topics.reading_experience_of(experience_from)
     # The publisher's client before anything else: its connection to the broker comes up
     # while the topics are ensured and the rest is built, so version 0 (which every worker
     # waits for) goes out without waiting for it, or for a producer id that missed it
@@ -88,15 +99,16 @@ def train(
         shape = probe_shape(config.env_id, config.env_wrappers)
         # The trainer's door: a chunk that decodes but does not fit this run (another run, env
         # or action space) is dead-lettered with the reason instead of crashing the learner.
-        spec = chunk_spec(config, run_id, shape)
+        spec = chunk_spec(config, experience_from or run_id, shape)
         with (
             store,
             KafkaExperienceReader(settings, topics, trainer_group(run_id), spec=spec) as reader,
             KafkaControlSubscriber(settings, topics) as control,
             TelemetrySink(settings, topics, run_id, "trainer") as telemetry,
             metrics_endpoint(config.metrics_port, run_id, "trainer") as endpoint,
+            _source_run(settings, experience_from, reader) as source,
         ):
-            events = _announce_start(config, workers, reader, telemetry, endpoint)
+            events = _announce_start(config, workers, reader, telemetry, endpoint, experience_from)
             # Metadata and producer id now: the client was made before the topics were
             # ensured, so its broker connection is up and this takes milliseconds.
             publisher.open()
@@ -107,8 +119,24 @@ def train(
             learner = builder.make_learner(shape, workers, generator)
             trainer_settings = builder.make_trainer_settings(run_id)
             Trainer(
-                learner, reader, control, publisher, store, trainer_settings, events, generator
-            ).run()
+                learner, reader, control, publisher, store, trainer_settings, events, generator,
+                source=source,
+            ).run()  # fmt: skip
+
+
+@contextlib.contextmanager
+def _source_run(
+    settings: KafkaSettings, source_run_id: str | None, reader: KafkaExperienceReader
+) -> Iterator[KafkaSourceRun | None]:
+    """A shadow learner's source run (closed at the end); None for a run's own trainer."""
+    if source_run_id is None:
+        yield None
+        return
+    source = KafkaSourceRun(settings, source_run_id, reader)
+    try:
+        yield source
+    finally:
+        source.close()
 
 
 def _ensure_topics(
@@ -131,6 +159,7 @@ def _announce_start(
     reader: KafkaExperienceReader,
     telemetry: TelemetrySink,
     endpoint: MetricsEndpoint | None,
+    experience_from: str | None = None,
 ) -> EventSink:
     """The trainer's event sink, after telling it the run has started.
 
@@ -151,6 +180,7 @@ def _announce_start(
             "mode": config.mode.value,
             "target_return": config.target_return,
             "env_step_budget": config.env_step_budget,
+            **({"experience_from": experience_from} if experience_from else {}),
             # the whole validated preset: `play` and `export-policy` rebuild the
             # run's networks and wrappers from it, wherever the run was launched
             "preset_config": config.model_dump(mode="json"),

@@ -315,6 +315,9 @@ class RunReport:
             str(v) for v in (info.get("preset"), info.get("env_id"), info.get("algorithm")) if v
         )
         lines = [f"run {self.run_id}" + (f": {what}" if what else "")]
+        source = info.get("experience_from")  # a shadow learner (`coach-stream attach`)
+        if source:
+            lines.append(f"experience: run {source}'s, read in a consumer group of its own")
         target = self.target_return
         target_text = f" (target {target:g})" if target is not None and target < 1e9 else ""
         if self.reason is None:
@@ -336,10 +339,8 @@ class RunReport:
         lines.append(f"env steps: {steps:,}" if steps is not None else "env steps: unknown")
         lines.append(f"wall time: {wall:.1f} s" if wall is not None else "wall time: unknown")
         rate = steps / wall if steps is not None and wall else None
-        lines.append(
-            f"workers: {self.workers}"
-            + (f"; {rate:,.0f} env steps/s overall" if rate is not None else "")
-        )
+        fleet = "workers: none (a shadow learner)" if source else f"workers: {self.workers}"
+        lines.append(fleet + (f"; {rate:,.0f} env steps/s overall" if rate is not None else ""))
         lines.append(f"policy lag: {self._lag_text()}")
         stale = number(self.trainer_progress.get("rollout/dropped_stale"))
         if stale is not None:

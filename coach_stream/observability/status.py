@@ -317,6 +317,8 @@ def _header(status: RunStatus) -> Text:
     header.append(status.state, style=style)
     if what:
         header.append(f"   ({what})")
+    if source := info.get("experience_from"):  # a shadow learner (`coach-stream attach`)
+        header.append(f"   learning from run {source}'s experience")
     return header
 
 

@@ -68,9 +68,15 @@ class LaunchSettings:
     kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)
     """How the launcher reaches Kafka (TLS, SASL). Never on a command line: the tasks read
     the same ``COACH_STREAM_KAFKA_*`` environment (inherited, or a Nomad Variable)."""
+    experience_from: str | None = None
+    """A shadow learner's source run (``coach-stream attach``): the trainer reads that run's
+    experience and the run has no rollout workers; ``workers`` is then the source topic's
+    partition count, which the learner sizes its share of the stream by."""
 
     def __post_init__(self) -> None:
         check_run_id(self.run_id)
+        if self.experience_from is not None:
+            check_run_id(self.experience_from)
         if not 1 <= self.workers <= 256:
             raise ConfigError(f"--workers {self.workers} is out of range; use 1 to 256.")
         if not self.kafka_bootstrap:
@@ -122,19 +128,19 @@ def _common(settings: LaunchSettings) -> list[str]:
 
 
 def build_run_spec(settings: LaunchSettings) -> RunSpec:
-    """The trainer (primary task), ``workers`` rollout workers and the evaluator."""
+    """The trainer (primary task), ``workers`` rollout workers and the evaluator; a shadow
+    learner (``experience_from``) has no rollout workers."""
     cli = [settings.python, "-m", CLI_MODULE]
     common = _common(settings)
     worker_env = {**_WORKER_ENV, **settings.extra_env}
+    shadow = settings.experience_from
+    trainer_argv = (*cli, "train", *common, "--workers", str(settings.workers))
+    if shadow is not None:
+        trainer_argv += ("--experience-from", shadow)
     tasks = [
-        TaskSpec(
-            name="trainer",
-            group="trainer",
-            argv=(*cli, "train", *common, "--workers", str(settings.workers)),
-            env=dict(settings.extra_env),
-        )
+        TaskSpec(name="trainer", group="trainer", argv=trainer_argv, env=dict(settings.extra_env))
     ]
-    for worker_id in range(settings.workers):
+    for worker_id in range(0 if shadow is not None else settings.workers):
         tasks.append(
             TaskSpec(
                 name=f"rollout-{worker_id}",

@@ -7,10 +7,11 @@ always has a trainer state at or before it: the first state is saved before its 
 announced, later ones right after theirs, so with ``checkpoint_every`` 1 a version has its
 own state once its announcement returned), watching the control topic for
 ``EvaluationReport``s, and ending the run: target return reached (mean of the last
-``eval_episodes`` greedy returns) or env-step budget spent. ``env_steps`` (the budget, and
-what ``learn`` anneals by) counts the steps the learner kept: steps it dropped as stale
-(SYNC PPO's late versions, IMPALA's too-old chunks) are counted apart, in
-``dropped_stale_steps``.
+``eval_episodes`` greedy returns) or env-step budget spent, or, for a shadow learner
+(``coach-stream attach``: another run's experience, ``SourceRun``), that run finished and
+was read to its end. ``env_steps`` (the budget, and what ``learn`` anneals by) counts the
+steps the learner kept: steps it dropped as stale (SYNC PPO's late versions, IMPALA's
+too-old chunks) are counted apart, in ``dropped_stale_steps``.
 
 Resume after ``kill -9``: the newest ``runs/<run_id>/trainer/<v>.pt`` restores model,
 optimizer, counters and RNG; the reader seeks to its stored positions; DQN first re-reads
@@ -49,6 +50,7 @@ from coach_stream.core import (
     Learner,
     PolicyVersion,
     RunFinished,
+    SourceRun,
 )
 from coach_stream.errors import (
     CheckpointError,
@@ -98,8 +100,10 @@ class Trainer:
         events: EventSink,
         generator: torch.Generator,
         clock: Callable[[], float] = time.monotonic,
+        source: SourceRun | None = None,
     ) -> None:
         self.learner, self.reader, self.control = learner, reader, control
+        self.source = source  # a shadow learner's source run: None for a run's own trainer
         self.publisher, self.store, self.settings = publisher, store, settings
         self.events, self.generator, self.clock = events, generator, clock
         self.announcer: Announcer | None = None
@@ -201,6 +205,8 @@ class Trainer:
                 seconds["publish_s"] += clock() - t1
         if self.env_steps >= self.settings.env_step_budget:
             return self._end("budget_exhausted")
+        if self.source is not None and self.source.exhausted():
+            return self._end("source_exhausted")
         if self.clock() - self._last_log[0] >= self.settings.log_every_s:
             self._log_progress()
         return None
@@ -219,6 +225,10 @@ class Trainer:
         self.env_steps -= ingested.stale_steps
         for chunk in chunks:
             self.env_steps += chunk.num_steps
+            if self.source is not None:  # another run's versions: no lag against ours
+                if chunk.episode_return is not None:
+                    self._train_returns.append(chunk.episode_return)
+                continue
             lag = max(0, self.version - chunk.policy_version)
             self._lag_sum += lag
             self._lag_count += 1

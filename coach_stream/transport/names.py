@@ -8,7 +8,7 @@ launched under another prefix would not have been found by its own tasks.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from coach_stream.errors import ConfigError
 from coach_stream.runids import check_run_id
@@ -41,6 +41,12 @@ class RunTopics:
         return cls(
             *(f"{base}.{kind}" for kind in ("experience", "control", "dead-letter", "telemetry"))
         )
+
+    def reading_experience_of(self, source_run_id: str) -> RunTopics:
+        """These topics, but with ``source_run_id``'s experience topic: a shadow learner's
+        (``coach-stream attach``), which learns from another run's rollouts and announces,
+        dead-letters and reports on its own topics."""
+        return replace(self, experience=RunTopics.for_run(source_run_id).experience)
 
 
 def is_run_topic(name: str) -> bool:

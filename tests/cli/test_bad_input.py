@@ -153,3 +153,26 @@ def test_an_unreachable_broker_is_one_line_without_librdkafkas_own(
     # exit 3: a service that did not answer (a script may retry), not bad input
     refused(ws.run(*args), says="Kafka at 127.0.0.1:1 did not answer", code=3)
     assert not (ws.cwd / "x.avro").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--preset", "cartpole-ppo"], "which needs experience acted by"),
+        (["--preset", "cartpole-impala"], "use an off-policy preset"),
+        (["--preset", "nope"], "Unknown preset 'nope'"),
+        (["--preset", "cartpole-dqn", "--run-id", "SOURCE"], "its own"),
+        (["--preset", "cartpole-dqn"], "127.0.0.1:1"),
+    ],
+)
+def test_bad_attach_input_is_refused_before_anything_starts(
+    ws: Workspace, run_id: str, args: list[str], says: str
+) -> None:
+    args = [run_id if arg == "SOURCE" else arg for arg in args]
+    refused(ws.run("attach", run_id, *args, *NO_KAFKA, "--state-dir", str(ws.state_dir)), says=says)
+    assert_nothing_created(ws, run_id)
+
+
+def test_an_invalid_source_run_id_is_refused(ws: Workspace) -> None:
+    refused(ws.run("attach", "bad id!", "--preset", "cartpole-dqn", *NO_KAFKA), says="not valid")
+    assert ws.run_dirs() == []

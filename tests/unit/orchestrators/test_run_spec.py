@@ -92,3 +92,14 @@ def test_new_run_ids_are_valid_and_unique() -> None:
     for run_id in ids:
         assert run_id.startswith("cartpole-ppo-v2-")
         settings(run_id=run_id)  # accepted
+
+
+def test_a_shadow_learner_is_a_trainer_reading_the_source_and_an_evaluator() -> None:
+    spec = build_run_spec(settings(workers=3, experience_from="source-run"))
+
+    assert [t.name for t in spec.tasks] == ["trainer", "evaluator"]
+    trainer, evaluator = spec.tasks
+    assert trainer.argv[-4:] == ("--workers", "3", "--experience-from", "source-run")
+    assert "--experience-from" not in evaluator.argv  # it evaluates the shadow's own versions
+    with pytest.raises(ConfigError, match="not valid"):
+        settings(experience_from="bad id!")

@@ -1,0 +1,160 @@
+"""``coach-stream attach``: a shadow learner on another run's experience.
+
+An extra off-policy learner (DQN, SAC) reads a run's experience topic, live or stored, in a
+consumer group of its own, so the run it reads is not disturbed: the broker serves the same
+records to each group. It is a run of its own (its run id, control, telemetry and dead-letter
+topics, checkpoints and evaluator) with no rollout workers. Several shadows with different
+settings learn from one rollout fleet at no extra environment cost: a hyperparameter
+comparison that costs no simulation. A shadow ends at its target, its budget, or once the
+source run has ended and its experience was read to the end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import time
+from pathlib import Path
+
+import typer
+
+from coach_stream.algorithms import BUILDERS
+from coach_stream.cli.kafka_env import kafka_security
+from coach_stream.cli.launch import LocalTarget, run
+from coach_stream.cli.live import interrupt
+from coach_stream.cli.options import (
+    CheckpointsOption,
+    GcsEmulatorOption,
+    KafkaOption,
+    SeedOption,
+    SetOption,
+    StateDirOption,
+    TensorBoardOption,
+    check_writable_dir,
+    checkpoint_url,
+    load_run_preset,
+)
+from coach_stream.cli.run_control import local_orchestrator
+from coach_stream.config import Preset
+from coach_stream.errors import ConfigError, ServiceUnavailableError
+from coach_stream.orchestrators import LaunchSettings, new_run_id
+from coach_stream.orchestrators.plan import LaunchPlan
+from coach_stream.runids import check_run_id
+from coach_stream.stack import LocalStack, default_cache_dir
+from coach_stream.transport.settings import KafkaSettings, RunTopics
+
+_READ_SOURCE_S = 10.0
+
+
+def attach(
+    source: str = typer.Argument(..., help="The run to learn from: live, or finished and stored."),
+    preset: str = typer.Option(
+        ..., "--preset", help="An off-policy preset (dqn or sac) for the source run's env."
+    ),
+    run_id: str | None = typer.Option(
+        None, "--run-id", help="The shadow's own run id. Default: <preset>-<time>-<hex>."
+    ),
+    detach: bool = typer.Option(False, "--detach", help="Start the shadow and return at once."),
+    checkpoints: str | None = CheckpointsOption,
+    kafka: str | None = KafkaOption,
+    gcs_emulator: str | None = GcsEmulatorOption,
+    seed: int | None = SeedOption,
+    overrides: list[str] = SetOption,
+    timeout: float | None = typer.Option(
+        None, "--timeout", min=0.0, help="Stop the shadow after this many seconds."
+    ),
+    state_dir: Path = StateDirOption,
+    tensorboard: Path | None = TensorBoardOption,
+) -> None:
+    """Learn from another run's experience with an extra off-policy learner of its own.
+
+    The shadow reads SOURCE's experience topic in its own consumer group (SOURCE is not
+    disturbed), and announces, checkpoints and is evaluated as a run of its own, with no
+    rollout workers. It ends at its target return or env-step budget, or once SOURCE has
+    ended and its experience was read to the end. Exit codes as for launch: 0 solved, 1
+    ended without its target, 2 bad input (nothing is created), 130 interrupted.
+    """
+    started = time.monotonic()
+    signal.signal(signal.SIGTERM, interrupt)
+    if tensorboard is not None:
+        check_writable_dir(tensorboard, "--tensorboard")
+    check_run_id(source)
+    loaded = load_run_preset(preset, seed, overrides)
+    _check_off_policy(loaded, source)
+    stack = LocalStack(default_cache_dir())
+    bootstrap = kafka or stack.kafka_bootstrap() or ""
+    url = checkpoint_url(checkpoints, state_dir)
+    if url.startswith("gs://"):
+        gcs_emulator = gcs_emulator or stack.gcs_endpoint()
+    settings = LaunchSettings(
+        preset=preset,
+        run_id=run_id if run_id is not None else new_run_id(loaded.name),
+        workers=1,  # replaced below by the source topic's partitions, once the broker is asked
+        kafka_bootstrap=bootstrap,
+        checkpoints=url,
+        gcs_emulator=gcs_emulator if url.startswith("gs://") else None,
+        seed=seed,
+        overrides=tuple(overrides),
+        kafka_security=kafka_security(),
+        experience_from=source,
+    )
+    if settings.run_id == source:
+        raise ConfigError(f"--run-id {source!r} is the source run's; give the shadow its own.")
+    partitions = source_partitions(settings.kafka_settings(), source)
+    check_same_env(settings.kafka_settings(), source, loaded)
+    settings = dataclasses.replace(settings, workers=partitions)
+    plan = LaunchPlan(loaded, settings, state_dir)
+    target = LocalTarget(local_orchestrator(state_dir, settings.kafka_settings()))
+    run(target, plan, detach=detach, timeout=timeout, started=started, tensorboard=tensorboard)
+
+
+def _check_off_policy(preset: Preset, source: str) -> None:
+    builder = BUILDERS[preset.algorithm]
+    if not builder.learns_from_any_policy:
+        choices = ", ".join(name for name, b in BUILDERS.items() if b.learns_from_any_policy)
+        raise ConfigError(
+            f"Preset {preset.name!r} learns with {preset.algorithm}, which needs experience "
+            f"acted by its own policy; to learn from the experience of run {source!r}, use an "
+            f"off-policy preset ({choices})."
+        )
+
+
+def source_partitions(kafka: KafkaSettings, source: str) -> int:
+    """The source run's experience partitions; a ``ConfigError`` when it has no such topic."""
+    from coach_stream.transport.admin import check_broker
+
+    topic = RunTopics.for_run(source).experience
+    try:
+        metadata = check_broker(kafka, _READ_SOURCE_S)
+    except ServiceUnavailableError as error:
+        raise ConfigError(str(error)) from None
+    found = metadata.topics.get(topic)
+    if found is None or found.error is not None or not found.partitions:
+        raise ConfigError(
+            f"No run {source!r} on the broker at {kafka.bootstrap_servers}: it has no "
+            f"experience topic {topic}; check the run id (`coach-stream status {source}`)."
+        )
+    return len(found.partitions)
+
+
+def check_same_env(kafka: KafkaSettings, source: str, preset: Preset) -> None:
+    """The shadow's env is the source's (as its trainer published it): a mismatch is refused
+    here rather than dead-lettered chunk by chunk. A source that did not publish its preset
+    is not checked here; the shadow's trainer still dead-letters chunks that do not fit."""
+    from coach_stream.control.history import read_history
+
+    published = read_history(kafka, source).preset_config
+    if published is None:
+        return
+    env_id, wrappers = published.get("env_id"), list(published.get("env_wrappers") or ())
+    ours = list(preset.env_wrappers)
+    if env_id != preset.env_id or wrappers != ours:
+        raise ConfigError(
+            f"Run {source!r} acts on {env_id} (wrappers {wrappers}) and preset "
+            f"{preset.name!r} on {preset.env_id} (wrappers {ours}); attach a preset for "
+            f"{env_id}."
+        )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("attach")(attach)
