@@ -47,6 +47,10 @@ check) holds when no learner or env shares the cores with it; baseline: the 200 
 ``pong_obs_mb_per_s_env_ceiling``: before any Pong point, one process per core steps the
 preset's env (8 envs, the ``atari`` wrapper) under random actions and nothing else: the
 observation MB/s the machine's cores can make at all, whatever carries them.
+``pong_env_steps_vs_env_ceiling_<N>w``: each Pong point's env steps/s produced, with the
+trainer learning, against that ceiling (issue 23's target: 0.8), with the CPU split of the
+window (trainer, workers, broker, other, in CPU s/s) and what limits it: when every core
+is busy, the trainer's share is what the workers cannot have.
 
 The codec (``pong_compression_choice``): real Pong chunks (one share of a worker under a
 random policy, ``bench/compression.py``'s recorder) compressed and decompressed per record
@@ -114,6 +118,7 @@ UNREACHABLE = ("env_step_budget=1000000000000", "target_return=1000000000.0")
 """Overrides that keep a run training until it is stopped."""
 MB_TARGET = 200.0  # the issue's Pong target, uncompressed observation MB/s into the trainer
 SCALING_TARGET = 0.8  # the issue's latency target: >= 80 % of linear at the largest count
+CEILING_TARGET = 0.8  # issue 23: frames produced with the trainer learning / the bare env
 MIN_RATIO = 10.0  # a codec compressing frames less than this loses on bytes, not CPU
 PHASES = ("read", "learn", "publish")  # where the trainer's time goes (time/<phase>_s)
 SB3_STEPS = 32  # steps per env of one SB3 collect_rollouts (a short rollout: many per window)
@@ -261,6 +266,7 @@ def measure_part(
     kafka: str,
     state: Path,
     keep_topic: Any = None,
+    ceiling: float | None = None,
 ) -> tuple[dict[int, Point], dict[int, Sb3Point]]:
     """One run with the largest count of workers, measured at every count from the largest
     down, SB3 beside each count; (our points, SB3's points) by count.
@@ -357,7 +363,7 @@ def measure_part(
             sb3[n] = run_sb3(part, n, args.seconds)
             print(f"# {part.name} {n}: ours {window:.1f} s, sb3 {time.monotonic() - t1:.1f} s",
                   file=sys.stderr)  # fmt: skip
-            report_point(part, ours[n], sb3[n])
+            report_point(part, ours[n], sb3[n], ceiling)
     finally:
         _signal(list(pids.values()), signal.SIGCONT)  # a stopped task cannot act on SIGTERM
         for closing in (probe, ends):
@@ -553,7 +559,7 @@ def _step_randomly(preset: Preset, num_envs: int, seconds: float, out: Any) -> N
     envs.close()
 
 
-def env_ceiling(part: Part, seconds: float) -> None:
+def env_ceiling(part: Part, seconds: float) -> float:
     """The most any pipeline could produce here: one process per core stepping the env alone
     (no policy, no codec, no Kafka, no trainer), its observation MB/s beside the target."""
     import multiprocessing
@@ -577,12 +583,13 @@ def env_ceiling(part: Part, seconds: float) -> None:
     emit(f"{part.name}_obs_mb_per_s_env_ceiling", steps * part.obs_bytes / 1e6, "MB/s",
          "target", MB_TARGET, env_steps_per_s=round(steps, 1), processes=cores,
          envs_per_process=envs, busy_cores=round(busy, 2), load1=os.getloadavg()[0])  # fmt: skip
+    return steps
 
 
 # --------------------------------------------------------------------------- report
 
 
-def report_point(part: Part, ours: Point, sb3: Sb3Point) -> None:
+def report_point(part: Part, ours: Point, sb3: Sb3Point, ceiling: float | None = None) -> None:
     n, p = ours.workers, part.name
     base = f"sb3_subprocvecenv_{n}proc_collect_rollouts"
     emit(f"{p}_env_steps_per_s_{n}w", ours.produced, "env_steps/s", base, sb3.env_steps_per_s,
@@ -608,6 +615,31 @@ def report_point(part: Part, ours: Point, sb3: Sb3Point) -> None:
         into = None if ours.consumed is None else ours.consumed * mb
         emit(f"pong_obs_mb_per_s_into_trainer_{n}w", into, "MB/s", "target", MB_TARGET)
         emit(f"pong_obs_mb_per_s_produced_{n}w", ours.produced * mb, "MB/s", "target", MB_TARGET)
+        if ceiling:
+            report_against_ceiling(ours, ceiling)
+
+
+def report_against_ceiling(ours: Point, ceiling: float) -> None:
+    """Pong's frames produced with the trainer learning, against the bare env on the same
+    cores (``env_ceiling``), and where the CPU went: the trainer's share of it is what the
+    workers cannot have on a machine whose cores are all busy."""
+    n, cpu = ours.workers, ours.cpu
+    trainer = cpu.get("trainer", 0.0)
+    workers = sum(v for k, v in cpu.items() if k.startswith("rollout"))
+    broker = ours.machine.get("kafka_broker_cpu_s_per_s") or 0.0
+    cores, busy = ours.machine.get("cores") or 1, ours.machine.get("busy_cores") or 0.0
+    saturated = busy >= 0.9 * cores
+    limit = (
+        f"the cores: all {cores} busy, the trainer learning on {trainer / cores:.0%} of them"
+        if saturated else f"not the cores ({busy:.2f} of {cores} busy)"
+    )  # fmt: skip
+    emit(f"pong_env_steps_vs_env_ceiling_{n}w", ours.produced, "env_steps/s",
+         "bare_env_random_actions_one_process_per_core", ceiling, target=CEILING_TARGET,
+         cpu_split={"trainer": round(trainer, 3), "workers": round(workers, 3),
+                    "broker": round(broker, 3), "other": round(max(0.0, busy - trainer
+                    - workers - broker), 3)},
+         workers_share_of_busy=round(workers / busy, 3) if busy else None,
+         limit=limit)  # fmt: skip
 
 
 def _linear(rate: dict[int, float]) -> dict[int, float | None]:
@@ -662,7 +694,7 @@ def main() -> int:
     args.seconds = args.seconds or (2.0 if args.quick else 20.0)
     args.warmup = args.warmup if args.warmup is not None else (0.0 if args.quick else 3.0)
     parts = args.parts.split(",")
-    began = time.monotonic()
+    began, ceiling = time.monotonic(), None
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
         state = Path(tmp)
         plan: list[tuple[Part, list[int]]] = []
@@ -672,10 +704,11 @@ def main() -> int:
             codec = args.codec or ("lz4" if args.quick else "auto")
             codec = choose_codec() if codec == "auto" else codec
             plan.append((pong_part(codec), pong_counts))
-            env_ceiling(plan[-1][0], args.seconds)
+            ceiling = env_ceiling(plan[-1][0], args.seconds)
         for part, part_counts in plan:
             keep, result = read_back(part, args.seconds) if part.name == "pong" else (None, {})
-            ours, sb3 = measure_part(part, part_counts, args, kafka, state, keep_topic=keep)
+            ours, sb3 = measure_part(part, part_counts, args, kafka, state, keep_topic=keep,
+                                     ceiling=ceiling if part.name == "pong" else None)  # fmt: skip
             report_scaling(part, ours, sb3)
             if result:
                 emit("pong_trainer_read_mb_per_s", result["obs"] / result["wall"] / 1e6, "MB/s",
