@@ -43,8 +43,9 @@ class Builder:
     """A resuming trainer re-reads the log into replay (the off-policy learners)."""
     learns_from_any_policy: ClassVar[bool] = False
     """It can learn from experience another run's policy acted (``coach-stream attach``):
-    the replay learners. PPO needs its own policy's; IMPALA's V-trace corrects a lag of a
-    few of its own versions, not another run's policy."""
+    the replay learners, and IMPALA, whose V-trace weighs each step by its own policy's
+    probability over the behaviour policy's (so it needs chunks with ``behaviour``
+    columns). PPO's clipped objective assumes its own, barely older policy acted."""
 
     def __init__(self, preset: Preset) -> None:
         self.preset = preset

@@ -38,6 +38,7 @@ class IMPALABuilder(ActorCriticBuilder):
     mode = Mode.ASYNC
     mode_reason = "IMPALA learns from workers that never wait; V-trace corrects their lag"
     preset_type = IMPALAPreset
+    learns_from_any_policy = True
 
     def __init__(self, preset: Preset) -> None:
         super().__init__(preset)

@@ -1,6 +1,6 @@
 """``coach-stream attach``: a shadow learner on another run's experience.
 
-An extra off-policy learner (DQN, SAC) reads a run's experience topic, live or stored, in a
+An extra off-policy learner (DQN, SAC, IMPALA) reads a run's experience topic, live or stored, in a
 consumer group of its own, so the run it reads is not disturbed: the broker serves the same
 records to each group. It is a run of its own (its run id, control, telemetry and dead-letter
 topics, checkpoints and evaluator) with no rollout workers. Several shadows with different
@@ -49,7 +49,7 @@ _READ_SOURCE_S = 10.0
 def attach(
     source: str = typer.Argument(..., help="The run to learn from: live, or finished and stored."),
     preset: str = typer.Option(
-        ..., "--preset", help="An off-policy preset (dqn or sac) for the source run's env."
+        ..., "--preset", help="An off-policy preset (dqn, sac, impala) for the source's env."
     ),
     run_id: str | None = typer.Option(
         None, "--run-id", help="The shadow's own run id. Default: <preset>-<time>-<hex>."
@@ -101,7 +101,7 @@ def attach(
     if settings.run_id == source:
         raise ConfigError(f"--run-id {source!r} is the source run's; give the shadow its own.")
     partitions = source_partitions(settings.kafka_settings(), source)
-    check_same_env(settings.kafka_settings(), source, loaded)
+    check_source_fits(settings.kafka_settings(), source, loaded)
     settings = dataclasses.replace(settings, workers=partitions)
     plan = LaunchPlan(loaded, settings, state_dir)
     target = LocalTarget(local_orchestrator(state_dir, settings.kafka_settings()))
@@ -137,10 +137,12 @@ def source_partitions(kafka: KafkaSettings, source: str) -> int:
     return len(found.partitions)
 
 
-def check_same_env(kafka: KafkaSettings, source: str, preset: Preset) -> None:
-    """The shadow's env is the source's (as its trainer published it): a mismatch is refused
-    here rather than dead-lettered chunk by chunk. A source that did not publish its preset
-    is not checked here; the shadow's trainer still dead-letters chunks that do not fit."""
+def check_source_fits(kafka: KafkaSettings, source: str, preset: Preset) -> None:
+    """The source's chunks fit the shadow, as its trainer published its preset: the same env
+    (and wrappers), and behaviour log-probs when the shadow weighs by them (IMPALA). Refused
+    here rather than dead-lettered or dropped chunk by chunk. A source that did not publish
+    its preset is not checked; the shadow's trainer still dead-letters chunks that do not
+    fit its env."""
     from coach_stream.control.history import read_history
 
     published = read_history(kafka, source).preset_config
@@ -153,6 +155,14 @@ def check_same_env(kafka: KafkaSettings, source: str, preset: Preset) -> None:
             f"Run {source!r} acts on {env_id} (wrappers {wrappers}) and preset "
             f"{preset.name!r} on {preset.env_id} (wrappers {ours}); attach a preset for "
             f"{env_id}."
+        )
+    acting = BUILDERS.get(str(published.get("algorithm")))
+    if BUILDERS[preset.algorithm].behaviour and acting is not None and not acting.behaviour:
+        writers = ", ".join(name for name, b in BUILDERS.items() if b.behaviour)
+        raise ConfigError(
+            f"{preset.algorithm} weighs each step by the behaviour policy's log-probabilities, "
+            f"and run {source!r}'s {published.get('algorithm')} workers write none; attach it "
+            f"to a run of {writers}, or attach a replay learner to this one."
         )
 
 

@@ -217,7 +217,10 @@ class Trainer:
         if not chunks:
             return
         self.ledger.record(chunks)
-        ingested = self.learner.ingest(chunks, self.version)
+        # A shadow's chunks carry the source's versions, which say nothing of how far its
+        # own policy is from the one that acted: V-trace's truncated weights measure that,
+        # so none is dropped as stale by version (0: every chunk's lag reads as none).
+        ingested = self.learner.ingest(chunks, self.version if self.source is None else 0)
         self.dropped_stale += ingested.stale_chunks
         self.dropped_stale_steps += ingested.stale_steps
         # Steps dropped as stale were never learned from: they count toward neither the

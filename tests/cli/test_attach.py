@@ -97,8 +97,10 @@ def test_a_shadow_learns_a_live_run_to_its_end_and_bad_attaches_are_refused(
     assert (finished["duplicate_chunks"], finished["chunk_gaps"]) == (0, 0)  # type: ignore[index]
     assert processes_mentioning(shadow) == []
 
-    # Refused before anything is made: an unknown run, a preset for another env.
+    # Refused before anything is made: an unknown run, another env, no behaviour columns.
     refused(attach(ws, services, "no-such-run-0", "--preset", "cartpole-dqn"), says="No run")
     mismatch = attach(ws, services, source, "--preset", "pendulum-sac", "--run-id", "sac-x")
     refused(mismatch, says="acts on CartPole-v1")
+    impala = attach(ws, services, source, "--preset", "cartpole-impala", "--run-id", "impala-x")
+    refused(impala, says="workers write none")  # DQN's chunks carry no behaviour log-probs
     assert ws.run_dirs() == sorted([source, shadow])

@@ -159,7 +159,6 @@ def test_an_unreachable_broker_is_one_line_without_librdkafkas_own(
     ("args", "says"),
     [
         (["--preset", "cartpole-ppo"], "which needs experience acted by"),
-        (["--preset", "cartpole-impala"], "use an off-policy preset"),
         (["--preset", "nope"], "Unknown preset 'nope'"),
         (["--preset", "cartpole-dqn", "--run-id", "SOURCE"], "its own"),
         (["--preset", "cartpole-dqn"], "127.0.0.1:1"),

@@ -95,3 +95,46 @@ def test_a_shadow_learns_every_chunk_of_the_source_and_ends_after_it(in_process_
     assert announced and {m.run_id for m in announced} == {"shadow-run"}
     assert all(m.run_id == "unit-run" for m in source.control.messages)  # none of the shadow's
     assert source.trainer.reader.positions() == source_positions  # the source was not moved
+
+
+def test_an_impala_shadow_weighs_another_runs_ppo_experience_by_its_behaviour(
+    in_process_run: Any,
+) -> None:
+    """V-trace needs the behaviour log-probs the PPO workers wrote; no chunk is dropped as
+    stale by version (the source's versions say nothing of the shadow's policy), however
+    far behind the source the shadow reads."""
+    overrides = ["env_step_budget=4096", "ppo.num_steps=64", "rollout.num_envs=4"]
+    source = in_process_run(load_preset("cartpole-ppo", overrides), workers=2, evaluator=False)
+    preset = load_preset("cartpole-impala", ["impala.batch_steps=256", "impala.max_lag=2"])
+    builder = builder_for(preset)
+    generator = torch.Generator().manual_seed(5)
+    finished: list[bool] = []
+    reader = MemoryExperienceReader(source.log)
+    control = MemoryControlLog()
+    shadow = Trainer(
+        builder.make_learner(probe_shape(preset.env_id), 2, generator),
+        reader,
+        MemoryControlSubscriber(control),
+        MemoryControlPublisher(control),
+        MemoryCheckpointStore(),
+        replace(builder.make_trainer_settings("impala-shadow"), control_poll_s=0.0),
+        EventList(),
+        generator,
+        source=SourceOf(finished, reader),
+    )
+    source.start()
+    assert shadow.start() is None
+    for _ in range(200):
+        ended = source.step()
+        assert shadow.iterate() is None
+        if ended is not None:
+            break
+    finished.append(True)
+    done = None
+    for _ in range(10_000):
+        if (done := shadow.iterate()) is not None:
+            break
+    assert done is not None and done.reason == "source_exhausted"
+    written = sum(chunk.num_steps for chunk in source.log.chunks)
+    assert (shadow.dropped_stale, shadow.env_steps) == (0, written)
+    assert shadow.learner.updates > 0 and shadow.version > 0
