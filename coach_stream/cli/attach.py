@@ -1,12 +1,13 @@
 """``coach-stream attach``: a shadow learner on another run's experience.
 
-An extra off-policy learner (DQN, SAC, IMPALA) reads a run's experience topic, live or stored, in a
-consumer group of its own, so the run it reads is not disturbed: the broker serves the same
-records to each group. It is a run of its own (its run id, control, telemetry and dead-letter
-topics, checkpoints and evaluator) with no rollout workers. Several shadows with different
-settings learn from one rollout fleet at no extra environment cost: a hyperparameter
-comparison that costs no simulation. A shadow ends at its target, its budget, or once the
-source run has ended and its experience was read to the end.
+An extra off-policy learner (DQN, SAC, IMPALA) reads a run's experience topic, live or
+stored, in a consumer group of its own, so the run it reads is not disturbed: the broker
+serves the same records to each group. It is a run of its own (its run id, control,
+telemetry and dead-letter topics, checkpoints and evaluator) with no rollout workers, on
+this machine or as a Nomad job. Several shadows with different settings learn from one
+rollout fleet at no extra environment cost: a hyperparameter comparison that costs no
+simulation. A shadow ends at its target, its budget, or once the source run has ended and
+its experience was read to the end.
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ from pathlib import Path
 import typer
 
 from coach_stream.algorithms import BUILDERS
+from coach_stream.cli import nomad as nomad_cli
 from coach_stream.cli.kafka_env import kafka_security
-from coach_stream.cli.launch import LocalTarget, run
+from coach_stream.cli.launch import OrchestratorOption, run, target_for
 from coach_stream.cli.live import interrupt
 from coach_stream.cli.options import (
     CheckpointsOption,
     GcsEmulatorOption,
     KafkaOption,
+    OrchestratorKind,
     SeedOption,
     SetOption,
     StateDirOption,
@@ -34,7 +37,6 @@ from coach_stream.cli.options import (
     checkpoint_url,
     load_run_preset,
 )
-from coach_stream.cli.run_control import local_orchestrator
 from coach_stream.config import Preset
 from coach_stream.errors import ConfigError, ServiceUnavailableError
 from coach_stream.orchestrators import LaunchSettings, new_run_id
@@ -46,6 +48,7 @@ from coach_stream.transport.settings import KafkaSettings, RunTopics
 _READ_SOURCE_S = 10.0
 
 
+@nomad_cli.with_nomad_access
 def attach(
     source: str = typer.Argument(..., help="The run to learn from: live, or finished and stored."),
     preset: str = typer.Option(
@@ -54,6 +57,7 @@ def attach(
     run_id: str | None = typer.Option(
         None, "--run-id", help="The shadow's own run id. Default: <preset>-<time>-<hex>."
     ),
+    orchestrator_kind: OrchestratorKind = OrchestratorOption,
     detach: bool = typer.Option(False, "--detach", help="Start the shadow and return at once."),
     checkpoints: str | None = CheckpointsOption,
     kafka: str | None = KafkaOption,
@@ -65,24 +69,60 @@ def attach(
     ),
     state_dir: Path = StateDirOption,
     tensorboard: Path | None = TensorBoardOption,
+    dry_run: bool = nomad_cli.DryRunOption,
+    job_format: nomad_cli.JobFormat = nomad_cli.FormatOption,
+    driver: nomad_cli.Driver = nomad_cli.DriverOption,
+    image: str | None = nomad_cli.ImageOption,
+    python: str | None = nomad_cli.PythonOption,
+    datacenters: list[str] = nomad_cli.DatacenterOption,
+    secrets_var: str | None = nomad_cli.SecretsVarOption,
+    trainer_gpus: int = nomad_cli.TrainerGpusOption,
+    start_timeout: float = nomad_cli.StartTimeoutOption,
+    *,
+    nomad: nomad_cli.NomadAccess,
 ) -> None:
     """Learn from another run's experience with an extra off-policy learner of its own.
 
     The shadow reads SOURCE's experience topic in its own consumer group (SOURCE is not
     disturbed), and announces, checkpoints and is evaluated as a run of its own, with no
-    rollout workers. It ends at its target return or env-step budget, or once SOURCE has
-    ended and its experience was read to the end. Exit codes as for launch: 0 solved, 1
-    ended without its target, 2 bad input (nothing is created), 130 interrupted.
+    rollout workers, on this machine or as a Nomad job (trainer and evaluator groups). It
+    ends at its target return or env-step budget, or once SOURCE has ended and its
+    experience was read to the end. Exit codes as for launch: 0 solved, 1 ended without its
+    target, 2 bad input (nothing is created), 130 interrupted.
     """
     started = time.monotonic()
+    nomad_flags = nomad_cli.NomadFlags(
+        nomad, driver, image, python, tuple(datacenters), secrets_var, trainer_gpus,
+        start_timeout, dry_run, job_format,
+    )  # fmt: skip
+    if dry_run and orchestrator_kind is not OrchestratorKind.nomad:
+        raise ConfigError("--dry-run prints a Nomad job; add --orchestrator nomad.")
     signal.signal(signal.SIGTERM, interrupt)
     if tensorboard is not None:
         check_writable_dir(tensorboard, "--tensorboard")
+    plan = _plan(source, preset, run_id, checkpoints, kafka, gcs_emulator, seed, overrides,
+                 state_dir)  # fmt: skip
+    chosen = target_for(orchestrator_kind, plan, nomad_flags)
+    if chosen is not None:  # None: --dry-run printed the job
+        run(*chosen, detach=detach, timeout=timeout, started=started, tensorboard=tensorboard)
+
+
+def _plan(
+    source: str,
+    preset: str,
+    run_id: str | None,
+    checkpoints: str | None,
+    kafka: str | None,
+    gcs_emulator: str | None,
+    seed: int | None,
+    overrides: list[str],
+    state_dir: Path,
+) -> LaunchPlan:
+    """The shadow's launch plan, checked against the source on the broker."""
     check_run_id(source)
     loaded = load_run_preset(preset, seed, overrides)
     _check_off_policy(loaded, source)
     stack = LocalStack(default_cache_dir())
-    bootstrap = kafka or stack.kafka_bootstrap() or ""
     url = checkpoint_url(checkpoints, state_dir)
     if url.startswith("gs://"):
         gcs_emulator = gcs_emulator or stack.gcs_endpoint()
@@ -90,7 +130,7 @@ def attach(
         preset=preset,
         run_id=run_id if run_id is not None else new_run_id(loaded.name),
         workers=1,  # replaced below by the source topic's partitions, once the broker is asked
-        kafka_bootstrap=bootstrap,
+        kafka_bootstrap=kafka or stack.kafka_bootstrap() or "",
         checkpoints=url,
         gcs_emulator=gcs_emulator if url.startswith("gs://") else None,
         seed=seed,
@@ -102,10 +142,7 @@ def attach(
         raise ConfigError(f"--run-id {source!r} is the source run's; give the shadow its own.")
     partitions = source_partitions(settings.kafka_settings(), source)
     check_source_fits(settings.kafka_settings(), source, loaded)
-    settings = dataclasses.replace(settings, workers=partitions)
-    plan = LaunchPlan(loaded, settings, state_dir)
-    target = LocalTarget(local_orchestrator(state_dir, settings.kafka_settings()))
-    run(target, plan, detach=detach, timeout=timeout, started=started, tensorboard=tensorboard)
+    return LaunchPlan(loaded, dataclasses.replace(settings, workers=partitions), state_dir)
 
 
 def _check_off_policy(preset: Preset, source: str) -> None:

@@ -199,12 +199,12 @@ def launch(
     plan = _plan(
         preset, workers, run_id, checkpoints, kafka, gcs_emulator, seed, overrides, state_dir
     )
-    chosen = _target(orchestrator_kind, plan, nomad_flags)
+    chosen = target_for(orchestrator_kind, plan, nomad_flags)
     if chosen is not None:  # None: --dry-run printed the job
         run(*chosen, detach=detach, timeout=timeout, started=started, tensorboard=tensorboard)
 
 
-def _target(
+def target_for(
     kind: OrchestratorKind, plan: LaunchPlan, flags: nomad_cli.NomadFlags
 ) -> tuple[LaunchTarget, LaunchPlan] | None:
     """Where the plan runs, and the plan as it runs there; None after a ``--dry-run``."""

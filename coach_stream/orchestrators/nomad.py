@@ -206,8 +206,14 @@ class NomadOrchestrator:
     def scale(self, run_id: str, workers: int) -> None:
         """Set the rollout group's count through Nomad's scale endpoint."""
         the_id = job_id(run_id)
-        if self._find_job(the_id) is None:
+        job = self._find_job(the_id)
+        if job is None:
             raise OrchestratorError(f"Nomad has no job {the_id}; check the run id.")
+        if not any(group.get("Name") == "rollout" for group in job.get("TaskGroups") or ()):
+            raise OrchestratorError(
+                f"Run {run_id} has no rollout workers to scale: it is a shadow learner "
+                "(coach-stream attach); scale the run whose experience it reads."
+            )
         body = {
             "Count": workers,
             "Target": {"Group": "rollout"},

@@ -200,15 +200,17 @@ def build_job(spec: RunSpec, settings: NomadJobSettings) -> dict[str, Any]:
         by_group.setdefault(task.group, []).append(task)
     trainers = by_group.get("trainer", [])
     rollouts = by_group.get("rollout", [])
-    if len(trainers) != 1 or not rollouts:
+    shadow = len(trainers) == 1 and _flag(trainers[0].argv, "--experience-from") is not None
+    if len(trainers) != 1 or not (rollouts or shadow):
         raise ConfigError("a run needs one trainer and at least one rollout task.")
     groups = [
         _group(
             "trainer", 1, _task("trainer", trainers[0].argv, trainers[0].env, settings), settings
         )
     ]
-    rollout_task = _task("rollout", _rollout_argv(rollouts), rollouts[0].env, settings)
-    groups.append(_group("rollout", len(rollouts), rollout_task, settings))
+    if rollouts:  # a shadow learner (`coach-stream attach`) has none: it reads another run's
+        rollout_task = _task("rollout", _rollout_argv(rollouts), rollouts[0].env, settings)
+        groups.append(_group("rollout", len(rollouts), rollout_task, settings))
     for evaluator in by_group.get("evaluator", []):
         groups.append(
             _group(

@@ -116,3 +116,26 @@ def test_nomad_refusing_at_register_is_one_line_and_nothing_is_left(
     assert "Traceback" not in done.stderr
     assert nomad_double.jobs == {} and nomad_double.pids() == []
     assert run_topics_left(kafka_bootstrap, run_id) == []
+
+
+def test_attach_dry_run_is_a_valid_job_of_a_trainer_and_an_evaluator(
+    nomad_double: NomadDouble, kafka_bootstrap: str
+) -> None:
+    from coach_stream.transport.admin import delete_run_topics, ensure_run_topics
+
+    source = f"fleet-{uuid.uuid4().hex[:8]}"
+    kafka = KafkaSettings(bootstrap_servers=kafka_bootstrap)
+    ensure_run_topics(kafka, RunTopics.for_run(source), 3)  # a run's topics, 3 partitions
+    try:
+        env = cli_env(nomad_double, kafka_bootstrap, "")
+        done = cli(env, "attach", source, "--preset", "cartpole-dqn", "--run-id", f"{source}-s",
+                   "--orchestrator", "nomad", "--dry-run", "--format", "json")  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        job = json.loads(done.stdout)["Job"]
+        assert check_job(job) == []
+        assert [g["Name"] for g in job["TaskGroups"]] == ["trainer", "evaluator"]
+        args = job["TaskGroups"][0]["Tasks"][0]["Config"]["args"]
+        assert args[-4:] == ["--workers", "3", "--experience-from", source]
+        assert nomad_double.requests == [] and run_topics_left(kafka_bootstrap, f"{source}-s") == []
+    finally:
+        delete_run_topics(kafka, RunTopics.for_run(source))

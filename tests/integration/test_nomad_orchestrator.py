@@ -75,6 +75,37 @@ def test_the_cartpole_job_decodes_as_nomads_api_job_with_no_ignored_key() -> Non
     assert groups["rollout"]["Spreads"][0]["Attribute"] == "${node.unique.id}"
 
 
+def test_a_shadow_learner_is_a_job_of_a_trainer_and_an_evaluator_and_cannot_be_scaled(
+    nomad_double: NomadDouble,
+) -> None:
+    settings = LaunchSettings(
+        preset="cartpole-dqn", run_id="shadow", workers=3, kafka_bootstrap="kafka:9092",
+        checkpoints="gs://bucket/runs", experience_from="fleet",
+    )  # fmt: skip
+    job = build_job(build_run_spec(settings), NomadJobSettings())
+    assert check_job(job) == []
+    assert [(g["Name"], g["Count"]) for g in job["TaskGroups"]] == [
+        ("trainer", 1),
+        ("evaluator", 1),
+    ]
+    assert job["TaskGroups"][0]["Tasks"][0]["Config"]["args"][-4:] == [
+        "--workers", "3", "--experience-from", "fleet",
+    ]  # fmt: skip
+
+    orch = orchestrator(nomad_double)
+    cli = (sys.executable, "-c", TASK)
+    trainer = (*cli, "train", "--run-id", "shadow", "--experience-from", "fleet")
+    spec = RunSpec("shadow", (TaskSpec("trainer", "trainer", trainer),
+                              TaskSpec("evaluator", "evaluator", (*cli, "rollout"))))  # fmt: skip
+    orch.submit(spec)
+    assert sorted(s.name for s in orch.status("shadow")) == ["evaluator", "trainer"]
+    with pytest.raises(OrchestratorError, match="shadow learner"):
+        orch.scale("shadow", 2)
+    orch.stop("shadow", purge=True)
+    nomad_double.wait_until(lambda: not nomad_double.pids(), what="every task process gone")
+    nomad_double.assert_no_violations()
+
+
 def test_a_rollout_group_that_differs_by_more_than_the_worker_id_is_refused() -> None:
     spec = fake_spec("r2")
     odd = TaskSpec("rollout-1", "rollout", (sys.executable, "-c", "pass", "--worker-id", "1"))
