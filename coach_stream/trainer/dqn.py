@@ -13,6 +13,15 @@ double-Q targets (van Hasselt et al., 2016) when ``dqn.double_q`` is set::
          argmax_a Q_target(s', a)   otherwise     (plain DQN: max over the target net)
     y  = r + gamma * (1 - terminated) * Q_target(s', a*)   (the target net evaluates it)
     loss = smooth_l1(Q_online(s, a), y)
+         + cql_alpha * mean(logsumexp_b Q_online(s, b) - Q_online(s, a))   (CQL, if > 0)
+
+The second term is CQL(H) (Kumar et al., 2020, eq. 4, the discrete form the paper runs on
+Atari): it pushes down the Q-values of every action in proportion to their soft maximum
+and pushes up the action the data took, so actions the data never shows cannot be
+over-valued by bootstrapping from them. It matters when the learner's own policy never
+acts: a shadow of another run (``coach-stream attach``), a stream of another policy's
+experience; ``replay train --algo cql`` (``replay/offline/cql.py``) is the same penalty on
+a fixed dataset. ``cql_alpha`` 0 (the default) is plain (double) DQN.
 
 For comparison (read in their sources): SB3's DQN uses the same Huber loss with the plain
 max target; CleanRL's ``dqn.py`` uses the mean squared error and the plain max target.
@@ -69,6 +78,9 @@ class DQNConfig(FrozenModel):
     """Env steps (as counted by the trainer) over which epsilon decays linearly."""
     max_grad_norm: float = Field(default=10.0, gt=0)
     """Gradients are clipped to this global norm."""
+    cql_alpha: float = Field(default=0.0, ge=0)
+    """Weight of CQL's conservative term (module docstring); 0: plain DQN. For learning
+    from experience the learner's own policy did not act (a shadow: ``coach-stream attach``)."""
 
 
 _STEPS_PER_LEARN = 32  # gradient steps per learn() call: bounds the loop's reaction time
@@ -127,6 +139,9 @@ class DQN(ReplayFed):
             q_values = self.q_network(data.observations)
             old_val = q_values.gather(1, data.actions[:, None]).squeeze(1)
             loss = F.smooth_l1_loss(old_val, td_target)
+            if c.cql_alpha > 0:
+                conservative = torch.logsumexp(q_values, dim=1) - old_val
+                loss = loss + c.cql_alpha * conservative.mean()
 
             self.optimizer.zero_grad()
             loss.backward()  # type: ignore[no-untyped-call]
