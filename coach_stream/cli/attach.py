@@ -21,8 +21,7 @@ import typer
 
 from coach_stream.algorithms import BUILDERS
 from coach_stream.cli import nomad as nomad_cli
-from coach_stream.cli.kafka_env import kafka_security
-from coach_stream.cli.launch import OrchestratorOption, run, target_for
+from coach_stream.cli.launch import OrchestratorOption, plan_launch, run, target_for
 from coach_stream.cli.live import interrupt
 from coach_stream.cli.options import (
     CheckpointsOption,
@@ -34,21 +33,17 @@ from coach_stream.cli.options import (
     StateDirOption,
     TensorBoardOption,
     check_writable_dir,
-    checkpoint_url,
-    load_run_preset,
 )
 from coach_stream.config import Preset
 from coach_stream.errors import ConfigError, ServiceUnavailableError
-from coach_stream.orchestrators import LaunchSettings, new_run_id
 from coach_stream.orchestrators.plan import LaunchPlan
 from coach_stream.runids import check_run_id
-from coach_stream.stack import LocalStack, default_cache_dir
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 
 _READ_SOURCE_S = 10.0
 
 
-@nomad_cli.with_nomad_access
+@nomad_cli.with_nomad_flags
 def attach(
     source: str = typer.Argument(..., help="The run to learn from: live, or finished and stored."),
     preset: str = typer.Option(
@@ -69,17 +64,8 @@ def attach(
     ),
     state_dir: Path = StateDirOption,
     tensorboard: Path | None = TensorBoardOption,
-    dry_run: bool = nomad_cli.DryRunOption,
-    job_format: nomad_cli.JobFormat = nomad_cli.FormatOption,
-    driver: nomad_cli.Driver = nomad_cli.DriverOption,
-    image: str | None = nomad_cli.ImageOption,
-    python: str | None = nomad_cli.PythonOption,
-    datacenters: list[str] = nomad_cli.DatacenterOption,
-    secrets_var: str | None = nomad_cli.SecretsVarOption,
-    trainer_gpus: int = nomad_cli.TrainerGpusOption,
-    start_timeout: float = nomad_cli.StartTimeoutOption,
     *,
-    nomad: nomad_cli.NomadAccess,
+    nomad: nomad_cli.NomadFlags,
 ) -> None:
     """Learn from another run's experience with an extra off-policy learner of its own.
 
@@ -91,18 +77,14 @@ def attach(
     target, 2 bad input (nothing is created), 130 interrupted.
     """
     started = time.monotonic()
-    nomad_flags = nomad_cli.NomadFlags(
-        nomad, driver, image, python, tuple(datacenters), secrets_var, trainer_gpus,
-        start_timeout, dry_run, job_format,
-    )  # fmt: skip
-    if dry_run and orchestrator_kind is not OrchestratorKind.nomad:
+    if nomad.dry_run and orchestrator_kind is not OrchestratorKind.nomad:
         raise ConfigError("--dry-run prints a Nomad job; add --orchestrator nomad.")
     signal.signal(signal.SIGTERM, interrupt)
     if tensorboard is not None:
         check_writable_dir(tensorboard, "--tensorboard")
     plan = _plan(source, preset, run_id, checkpoints, kafka, gcs_emulator, seed, overrides,
                  state_dir)  # fmt: skip
-    chosen = target_for(orchestrator_kind, plan, nomad_flags)
+    chosen = target_for(orchestrator_kind, plan, nomad)
     if chosen is not None:  # None: --dry-run printed the job
         run(*chosen, detach=detach, timeout=timeout, started=started, tensorboard=tensorboard)
 
@@ -118,31 +100,20 @@ def _plan(
     overrides: list[str],
     state_dir: Path,
 ) -> LaunchPlan:
-    """The shadow's launch plan, checked against the source on the broker."""
+    """The shadow's launch plan, checked against the source on the broker; its ``workers``
+    are the source topic's partitions (what the learner sizes its share of the stream by)."""
     check_run_id(source)
-    loaded = load_run_preset(preset, seed, overrides)
-    _check_off_policy(loaded, source)
-    stack = LocalStack(default_cache_dir())
-    url = checkpoint_url(checkpoints, state_dir)
-    if url.startswith("gs://"):
-        gcs_emulator = gcs_emulator or stack.gcs_endpoint()
-    settings = LaunchSettings(
-        preset=preset,
-        run_id=run_id if run_id is not None else new_run_id(loaded.name),
-        workers=1,  # replaced below by the source topic's partitions, once the broker is asked
-        kafka_bootstrap=kafka or stack.kafka_bootstrap() or "",
-        checkpoints=url,
-        gcs_emulator=gcs_emulator if url.startswith("gs://") else None,
-        seed=seed,
-        overrides=tuple(overrides),
-        kafka_security=kafka_security(),
-        experience_from=source,
-    )
-    if settings.run_id == source:
+    plan = plan_launch(preset, 1, run_id, checkpoints, kafka, gcs_emulator, seed, overrides,
+                       state_dir, experience_from=source)  # fmt: skip
+    _check_off_policy(plan.preset, source)
+    if plan.settings.run_id == source:
         raise ConfigError(f"--run-id {source!r} is the source run's; give the shadow its own.")
-    partitions = source_partitions(settings.kafka_settings(), source)
-    check_source_fits(settings.kafka_settings(), source, loaded)
-    return LaunchPlan(loaded, dataclasses.replace(settings, workers=partitions), state_dir)
+    kafka_settings = plan.settings.kafka_settings()
+    partitions = source_partitions(kafka_settings, source)
+    check_source_fits(kafka_settings, source, plan.preset)
+    return dataclasses.replace(
+        plan, settings=dataclasses.replace(plan.settings, workers=partitions)
+    )
 
 
 def _check_off_policy(preset: Preset, source: str) -> None:

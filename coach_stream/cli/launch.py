@@ -142,7 +142,7 @@ class LocalTarget:
         return str(self.orchestrator.run_dir(run_id).logs_dir)
 
 
-@nomad_cli.with_nomad_access
+@nomad_cli.with_nomad_flags
 def launch(
     preset: str = typer.Argument(..., help="A built-in preset (cartpole-ppo, ...) or a YAML path."),
     orchestrator_kind: OrchestratorKind = OrchestratorOption,
@@ -166,17 +166,8 @@ def launch(
     ),
     metrics_port: int | None = MetricsPortOption,
     tensorboard: Path | None = TensorBoardOption,
-    dry_run: bool = nomad_cli.DryRunOption,
-    job_format: nomad_cli.JobFormat = nomad_cli.FormatOption,
-    driver: nomad_cli.Driver = nomad_cli.DriverOption,
-    image: str | None = nomad_cli.ImageOption,
-    python: str | None = nomad_cli.PythonOption,
-    datacenters: list[str] = nomad_cli.DatacenterOption,
-    secrets_var: str | None = nomad_cli.SecretsVarOption,
-    trainer_gpus: int = nomad_cli.TrainerGpusOption,
-    start_timeout: float = nomad_cli.StartTimeoutOption,
     *,
-    nomad: nomad_cli.NomadAccess,
+    nomad: nomad_cli.NomadFlags,
 ) -> None:
     """Start a trainer, N rollout workers and an evaluator, and follow them to the end.
 
@@ -184,11 +175,7 @@ def launch(
     2 for bad input (nothing is started), 130 when interrupted.
     """
     started = time.monotonic()  # launch-to-running and launch-to-solved are measured from here
-    nomad_flags = nomad_cli.NomadFlags(
-        nomad, driver, image, python, tuple(datacenters), secrets_var, trainer_gpus,
-        start_timeout, dry_run, job_format,
-    )  # fmt: skip
-    if dry_run and orchestrator_kind is not OrchestratorKind.nomad:
+    if nomad.dry_run and orchestrator_kind is not OrchestratorKind.nomad:
         raise ConfigError("--dry-run prints a Nomad job; add --orchestrator nomad.")
     # A launcher killed with SIGTERM (a CI timeout, `kill`) stops its run like Ctrl-C does,
     # from the start: while the run starts, it is undone (`_start`), so nothing is orphaned.
@@ -196,10 +183,10 @@ def launch(
     if tensorboard is not None:
         check_writable_dir(tensorboard, "--tensorboard")
     overrides = [*overrides, *_flag_overrides(experience_retention, metrics_port)]
-    plan = _plan(
+    plan = plan_launch(
         preset, workers, run_id, checkpoints, kafka, gcs_emulator, seed, overrides, state_dir
     )
-    chosen = target_for(orchestrator_kind, plan, nomad_flags)
+    chosen = target_for(orchestrator_kind, plan, nomad)
     if chosen is not None:  # None: --dry-run printed the job
         run(*chosen, detach=detach, timeout=timeout, started=started, tensorboard=tensorboard)
 
@@ -295,7 +282,7 @@ def _start(target: LaunchTarget, plan: LaunchPlan, step: Callable[[str], None]) 
     return len(spec.tasks)
 
 
-def _plan(
+def plan_launch(
     preset: str,
     workers: int,
     run_id: str | None,
@@ -305,8 +292,10 @@ def _plan(
     seed: int | None,
     overrides: list[str],
     state_dir: Path,
+    experience_from: str | None = None,
 ) -> LaunchPlan:
-    """Everything the flags and the preset decide, checked without touching any service."""
+    """Everything the flags and the preset decide, checked without touching any service
+    (``experience_from``: a shadow learner's source run, ``coach-stream attach``)."""
     # Loaded exactly as every task will load it (with --seed), so a value a task would
     # refuse is refused here, once, instead of by N crash-looping processes.
     loaded = load_run_preset(preset, seed, overrides)
@@ -325,6 +314,7 @@ def _plan(
         seed=seed,
         overrides=tuple(overrides),
         kafka_security=kafka_security(),  # from the environment; never on the tasks' argv
+        experience_from=experience_from,
     )
     return LaunchPlan(loaded, settings, state_dir)
 

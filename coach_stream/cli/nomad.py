@@ -17,7 +17,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -130,26 +130,73 @@ _ACCESS_OPTIONS = {
 Command = TypeVar("Command", bound=Callable[..., None])
 
 
-def with_nomad_access(command: Command) -> Command:
-    """Give a command the four ``--nomad-*`` options, handed to it as one ``nomad:
-    NomadAccess`` argument (typer reads the options from the signature set here)."""
+def _with_options(
+    command: Command,
+    options: Mapping[str, tuple[Any, Any]],
+    build: Callable[[dict[str, Any]], object],
+) -> Command:
+    """``command`` with ``options`` (name -> (annotation, typer option)) added to its
+    signature, their values handed to it as one ``nomad`` argument made by ``build``
+    (typer reads the options from the signature set here)."""
     signature = inspect.signature(command, eval_str=True)
     kept = [p for p in signature.parameters.values() if p.name != "nomad"]
     added = [
         inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
-                          annotation=str | None)
-        for name, option in _ACCESS_OPTIONS.items()
+                          annotation=annotation)
+        for name, (annotation, option) in options.items()
     ]  # fmt: skip
 
     @functools.wraps(command)
-    def with_access(*args: Any, **kwargs: Any) -> None:
-        access = NomadAccess(*(kwargs.pop(name, None) for name in _ACCESS_OPTIONS))
-        command(*args, nomad=access, **kwargs)
+    def with_nomad(*args: Any, **kwargs: Any) -> None:
+        values = {name: kwargs.pop(name, None) for name in options}
+        command(*args, nomad=build(values), **kwargs)
 
     parameters = [*kept, *added]
-    with_access.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
-    with_access.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": None}
-    return cast(Command, with_access)
+    with_nomad.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    with_nomad.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": None}
+    return cast(Command, with_nomad)
+
+
+def _access(values: Mapping[str, Any]) -> NomadAccess:
+    return NomadAccess(*(values[name] for name in _ACCESS_OPTIONS))
+
+
+def with_nomad_access(command: Command) -> Command:
+    """Give a command the four ``--nomad-*`` options, handed to it as one ``nomad:
+    NomadAccess`` argument."""
+    options = {name: (str | None, option) for name, option in _ACCESS_OPTIONS.items()}
+    return _with_options(command, options, _access)
+
+
+_JOB_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "dry_run": (bool, DryRunOption),
+    "job_format": (JobFormat, FormatOption),
+    "driver": (Driver, DriverOption),
+    "image": (str | None, ImageOption),
+    "python": (str | None, PythonOption),
+    "datacenters": (list[str], DatacenterOption),
+    "secrets_var": (str | None, SecretsVarOption),
+    "trainer_gpus": (int, TrainerGpusOption),
+    "start_timeout": (float, StartTimeoutOption),
+}
+
+
+def with_nomad_flags(command: Command) -> Command:
+    """Give a command that submits a run (``launch``, ``attach``) the ``--nomad-*`` options
+    and the job's flags, handed to it as one ``nomad: NomadFlags`` argument."""
+    options = {
+        **{name: (str | None, option) for name, option in _ACCESS_OPTIONS.items()},
+        **_JOB_OPTIONS,
+    }
+
+    def build(values: dict[str, Any]) -> NomadFlags:
+        return NomadFlags(
+            _access(values), values["driver"], values["image"], values["python"],
+            tuple(values["datacenters"] or ()), values["secrets_var"], values["trainer_gpus"],
+            values["start_timeout"], values["dry_run"], values["job_format"],
+        )  # fmt: skip
+
+    return _with_options(command, options, build)
 
 
 @dataclass(frozen=True)
