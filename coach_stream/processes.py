@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -279,8 +280,37 @@ def tail(path: Path, lines: int = 20) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+_LISTEN_PORTS_FROM = 10_000
+"""The lowest port ``free_port`` picks: above the well-known and most registered services."""
+
+
+def _ephemeral_ports() -> tuple[int, int]:
+    """The kernel's range for the source ports of outgoing connections (Linux's default
+    when it cannot be read)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32_768, 60_999
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now (the kernel's choice)."""
+    """A TCP port nobody listens on right now, below the kernel's ephemeral range.
+
+    A service binds its port seconds after it is chosen (a JVM's start), and again after
+    each restart; a port from the ephemeral range could meanwhile become the source port of
+    any process's outgoing connection, and the service would fail to start ("Address
+    already in use"; the likely cause of a fault drill's broker that did not start once in
+    20 runs beside busy Kafka clients). Below the range only another listener can take it.
+    Falls back to the kernel's choice when the range leaves no room below it.
+    """
+    low, _ = _ephemeral_ports()
+    if low - _LISTEN_PORTS_FROM >= 1_000:
+        chooser = random.Random()
+        for _ in range(100):
+            port = chooser.randrange(_LISTEN_PORTS_FROM, low)
+            if port_is_free(port, host):
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((host, 0))
         return int(probe.getsockname()[1])

@@ -66,10 +66,14 @@ def test_a_taken_port_is_one_clear_error() -> None:
     processes.require_free_port(port, "the Kafka broker")
 
 
-def test_a_free_port_can_be_bound() -> None:
+def test_a_free_port_can_be_bound_and_no_outgoing_connection_can_take_it() -> None:
     port = processes.free_port()
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", port))  # raises if the port was not free
+    low, _high = (
+        int(p) for p in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+    )
+    assert 10_000 <= port < low  # below the kernel's source ports for connections
 
 
 def test_tail_gives_the_last_lines_or_says_there_is_no_log(tmp_path: Path) -> None:
