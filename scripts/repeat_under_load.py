@@ -7,9 +7,11 @@ that waits on time, signals, scheduling or learning must pass before CI relies o
 Each run is a fresh pytest process (a failure in one run cannot leak into the next) with a
 JUnit report; the busy loops (`yes`, one per ``--busy``) spin for the whole time, as a
 loaded 2-core CI machine's other work does. Prints one line per run and then one per test:
-``passed/runs`` with the slowest duration seen; ``--out FILE`` also appends the per-test
-lines as JSON, and ``FILE.runs.jsonl`` gets each run's outcomes as the run ends. Exit 1
-when any test failed in any run.
+``passed/runs`` with the slowest duration seen and how many runs skipped it (a skip is
+not a pass: with ``COACH_STREAM_REQUIRE_SERVICES=1``, as CI sets, a service that could not
+start fails instead). ``--out FILE`` also appends the per-test lines as JSON, and
+``FILE.runs.jsonl`` gets each run's outcomes as the run ends. Exit 1 when any test failed
+or was skipped in any run.
 """
 
 from __future__ import annotations
@@ -30,9 +32,18 @@ from coach_stream.testing.load import busy_loops
 REPO = Path(__file__).resolve().parents[1]
 
 
+def skipped(report: Path) -> list[str]:
+    """The test cases a JUnit report says were skipped (not run: never counted as passed)."""
+    return [
+        f"{case.get('classname', '')}::{case.get('name', '')}"
+        for case in ElementTree.parse(report).getroot().iter("testcase")
+        if case.find("skipped") is not None
+    ]
+
+
 def outcomes(report: Path) -> dict[str, tuple[bool, float, str]]:
     """Each test case of a JUnit report: (passed, seconds, why it failed); a skip counts as
-    not run."""
+    not run (``skipped`` lists them)."""
     found: dict[str, tuple[bool, float, str]] = {}
     for case in ElementTree.parse(report).getroot().iter("testcase"):
         if case.find("skipped") is not None:
@@ -65,6 +76,7 @@ def main() -> int:
     passes: dict[str, int] = defaultdict(int)
     seen: dict[str, int] = defaultdict(int)
     slowest: dict[str, float] = defaultdict(float)
+    skips: dict[str, int] = defaultdict(int)
     pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     with tempfile.TemporaryDirectory() as scratch, busy_loops(args.busy):
         for run in range(args.runs):
@@ -78,6 +90,8 @@ def main() -> int:
                 check=False,
             )
             found = outcomes(report) if report.exists() else {}
+            for name in skipped(report) if report.exists() else []:
+                skips[name] += 1
             for name, (passed, seconds, _) in found.items():
                 seen[name] += 1
                 passes[name] += passed
@@ -92,14 +106,16 @@ def main() -> int:
                 + "".join(f"\n  FAILED {name}" for name in failed),
                 flush=True,
             )
-    for name in sorted(seen):
+    for name in sorted(set(seen) | set(skips)):
         line = {"test": name, "passed": passes[name], "runs": seen[name],
-                "slowest_s": round(slowest[name], 1), "busy_loops": args.busy}  # fmt: skip
-        print(f"{passes[name]}/{seen[name]}  {slowest[name]:6.1f} s  {name}")
+                "skipped": skips[name], "slowest_s": round(slowest[name], 1),
+                "busy_loops": args.busy}  # fmt: skip
+        skip_note = f"  ({skips[name]} runs skipped it: not run)" if skips[name] else ""
+        print(f"{passes[name]}/{seen[name]}  {slowest[name]:6.1f} s  {name}{skip_note}")
         if args.out is not None:
             with args.out.open("a") as out:
                 out.write(json.dumps(line) + "\n")
-    return 0 if all(passes[n] == seen[n] for n in seen) else 1
+    return 0 if all(passes[n] == seen[n] for n in seen) and not skips else 1
 
 
 if __name__ == "__main__":
