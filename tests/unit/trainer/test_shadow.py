@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from coach_stream.algorithms import builder_for
-from coach_stream.config import load_preset
+from coach_stream.config import Preset, load_preset
 from coach_stream.core import PolicyVersion
 from coach_stream.envs import probe_shape
 from coach_stream.events import EventList
@@ -44,13 +44,15 @@ class SourceOf:
         return bool(self.finished) and self.reader.at_end()
 
 
-def shadow_trainer(log: MemoryLog, finished: list[bool]) -> tuple[Trainer, MemoryControlLog]:
-    preset = load_preset("cartpole-dqn", [*OVERRIDES, "env_step_budget=1000000"])
+def shadow_trainer(
+    log: MemoryLog, finished: list[bool], preset: Preset, run_id: str = "shadow-run"
+) -> tuple[Trainer, MemoryControlLog]:
+    """A trainer of ``preset`` reading ``log`` as a shadow, announcing on its own log."""
     builder = builder_for(preset)
     generator = torch.Generator().manual_seed(5)
     reader = MemoryExperienceReader(log)
     control = MemoryControlLog()
-    settings = replace(builder.make_trainer_settings("shadow-run"), control_poll_s=0.0)
+    settings = replace(builder.make_trainer_settings(run_id), control_poll_s=0.0)
     trainer = Trainer(
         builder.make_learner(probe_shape(preset.env_id), 2, generator),
         reader,
@@ -68,7 +70,8 @@ def shadow_trainer(log: MemoryLog, finished: list[bool]) -> tuple[Trainer, Memor
 def test_a_shadow_learns_every_chunk_of_the_source_and_ends_after_it(in_process_run: Any) -> None:
     source = in_process_run(load_preset("cartpole-dqn", OVERRIDES), workers=2, evaluator=False)
     finished: list[bool] = []
-    shadow, shadow_control = shadow_trainer(source.log, finished)
+    preset = load_preset("cartpole-dqn", [*OVERRIDES, "env_step_budget=1000000"])
+    shadow, shadow_control = shadow_trainer(source.log, finished, preset)
     source.start()
     assert shadow.start() is None
     ended = None
@@ -106,22 +109,8 @@ def test_an_impala_shadow_weighs_another_runs_ppo_experience_by_its_behaviour(
     overrides = ["env_step_budget=4096", "ppo.num_steps=64", "rollout.num_envs=4"]
     source = in_process_run(load_preset("cartpole-ppo", overrides), workers=2, evaluator=False)
     preset = load_preset("cartpole-impala", ["impala.batch_steps=256", "impala.max_lag=2"])
-    builder = builder_for(preset)
-    generator = torch.Generator().manual_seed(5)
     finished: list[bool] = []
-    reader = MemoryExperienceReader(source.log)
-    control = MemoryControlLog()
-    shadow = Trainer(
-        builder.make_learner(probe_shape(preset.env_id), 2, generator),
-        reader,
-        MemoryControlSubscriber(control),
-        MemoryControlPublisher(control),
-        MemoryCheckpointStore(),
-        replace(builder.make_trainer_settings("impala-shadow"), control_poll_s=0.0),
-        EventList(),
-        generator,
-        source=SourceOf(finished, reader),
-    )
+    shadow, _ = shadow_trainer(source.log, finished, preset, "impala-shadow")
     source.start()
     assert shadow.start() is None
     for _ in range(200):
