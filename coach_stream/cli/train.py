@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 import torch
 import typer
@@ -106,7 +106,11 @@ def train(
             KafkaControlSubscriber(settings, topics) as control,
             TelemetrySink(settings, topics, run_id, "trainer") as telemetry,
             metrics_endpoint(config.metrics_port, run_id, "trainer") as endpoint,
-            _source_run(settings, experience_from, reader) as source,
+            (
+                KafkaSourceRun(settings, experience_from, reader)
+                if experience_from is not None
+                else contextlib.nullcontext()
+            ) as source,
         ):
             events = _announce_start(config, workers, reader, telemetry, endpoint, experience_from)
             # Metadata and producer id now: the client was made before the topics were
@@ -122,21 +126,6 @@ def train(
                 learner, reader, control, publisher, store, trainer_settings, events, generator,
                 source=source,
             ).run()  # fmt: skip
-
-
-@contextlib.contextmanager
-def _source_run(
-    settings: KafkaSettings, source_run_id: str | None, reader: KafkaExperienceReader
-) -> Iterator[KafkaSourceRun | None]:
-    """A shadow learner's source run (closed at the end); None for a run's own trainer."""
-    if source_run_id is None:
-        yield None
-        return
-    source = KafkaSourceRun(settings, source_run_id, reader)
-    try:
-        yield source
-    finally:
-        source.close()
 
 
 def _ensure_topics(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from coach_stream.core import RunFinished
+from coach_stream.core import ClosingContext, RunFinished
 from coach_stream.transport.control import KafkaControlSubscriber
 from coach_stream.transport.reader import KafkaExperienceReader
 from coach_stream.transport.settings import KafkaSettings, RunTopics
@@ -21,7 +21,7 @@ CHECK_EVERY_S = 1.0
 """How often the source's control topic (and, once it finished, the log's end) is asked."""
 
 
-class KafkaSourceRun:
+class KafkaSourceRun(ClosingContext):
     """``SourceRun`` over the source's control topic and the shadow's own experience reader."""
 
     def __init__(
