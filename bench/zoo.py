@@ -172,7 +172,7 @@ def table(lines: list[dict[str, object]]) -> str:
         seeds = ", ".join(str(x["seed"]) for x in runs)
         out.append(
             f"| {row.env} | {row.algorithm} | `{row.preset}` | {len(runs)} ({seeds}) | "
-            f"{median:.1f} | {runs[0]['budget']:,} | {published} | "
+            f"{median:.{1 if abs(median) >= 10 else 2}f} | {runs[0]['budget']:,} | {published} | "
             f"{'—' if r is None else f'{r:.2f}'} | {reached} of {len(runs)} | "
             f"{statistics.median(walls) / 60:.1f} min |"
         )

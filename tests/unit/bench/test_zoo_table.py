@@ -1,0 +1,62 @@
+"""bench/zoo.py's table: medians over seeds, ratios either side of zero, small returns legible."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ZOO_PATH = Path(__file__).resolve().parents[3] / "bench" / "zoo.py"
+
+
+@pytest.fixture(scope="module")
+def zoo() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_zoo", ZOO_PATH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_zoo"] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def line(preset: str, seed: int, value: float, reached: int | None) -> dict[str, object]:
+    return {
+        "bench": "zoo",
+        "preset": preset,
+        "seed": seed,
+        "budget": 50_000,
+        "return_at_budget": value,
+        "env_steps_to_target": reached,
+        "wall_s": 60.0 * seed,
+    }
+
+
+def test_ratio_is_at_least_one_when_as_good_either_side_of_zero(zoo: ModuleType) -> None:
+    assert zoo.ratio(500.0, 500.0) == 1.0
+    assert zoo.ratio(-150.0, -300.0) == 2.0  # a smaller cost is better
+    assert zoo.ratio(-300.0, -150.0) == 0.5
+    assert zoo.ratio(1.0, None) is None
+
+
+def test_a_row_takes_the_median_and_counts_seeds_reaching_target(zoo: ModuleType) -> None:
+    lines = [
+        line("minigrid-ppo", 1, 0.97, 8192),
+        line("minigrid-ppo", 2, 0.95, None),
+        line("minigrid-ppo", 3, 0.96, 6144),
+    ]
+    rows = [r for r in zoo.table(lines).splitlines() if "minigrid-ppo" in r]
+    assert len(rows) == 1
+    cells = [c.strip() for c in rows[0].split("|")]
+    assert cells[4] == "3 (1, 2, 3)"
+    assert cells[5] == "0.96"  # two decimals below 10: 0.96 must not print as 1.0
+    assert cells[9] == "2 of 3"
+    assert cells[10] == "2.0 min"
+
+
+def test_presets_without_runs_have_no_row(zoo: ModuleType) -> None:
+    text = zoo.table([line("cartpole-ppo", 1, 500.0, 10_240)])
+    assert "cartpole-ppo" in text and "acrobot-ppo" not in text
+    assert "| 500.0 |" in text
