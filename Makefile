@@ -27,7 +27,7 @@ test: setup
 	exit $$status
 
 # The first half of `make test` alone: the whole suite against the local stack, its fast
-# lane on both cores, then the rest two at a time (scripts/test-lanes.sh).
+# lane on both cores, then the rest one at a time (scripts/test-lanes.sh).
 test-stack: setup
 	bash scripts/with-stack.sh bash scripts/test-lanes.sh all
 

@@ -6,10 +6,9 @@
 # - solo: the tests that watch every process come and go or restart the shared broker,
 #   one at a time.
 # - paired: the rest (integration, CLI and fault suites, which share the stack's broker under
-#   run ids of their own), two at a time, a whole file per worker (`--dist loadfile`, so a
-#   module's fixtures run once). One such test at a time left a core idle for most of the
-#   lane (1.16 of 2 cores busy on average); each of its timing- or learning-dependent tests
-#   has passed 20 of 20 runs beside two busy loops and beside other batches (docs/testing.md).
+#   run ids of their own), one at a time; with COACH_STREAM_PAIRED=1 two at a time, a whole
+#   file per worker (`--dist loadfile`, so a module's fixtures run once). One test at a time
+#   leaves a core idle for most of the lane (1.16 of 2 cores busy on average).
 #
 #   bash scripts/test-lanes.sh fast [PYTEST ARGS]   the fast lane alone (`make unit`)
 #   bash scripts/test-lanes.sh all                  all three; each runs even when one before it
@@ -28,6 +27,12 @@ fast=(tests/unit tests/fuzz tests/nomad_double tests/cli/test_bad_input.py)
 # test of the stack lane is using.
 solo=(tests/unit/orchestrators/test_zygote_server.py
       tests/integration/test_services.py::test_messages_survive_a_broker_restart)
+# The stack suites one at a time by default: two at a time (COACH_STREAM_PAIRED=1, `-n 2
+# --dist loadfile`) ended 5 minutes sooner on an idle machine and passed 3 fresh-clone runs,
+# but failed 3 tests and 5 set-ups beside a training run (load average 8), so CI does not
+# rely on it yet (docs/testing.md).
+paired=""
+if [ "${COACH_STREAM_PAIRED:-0}" = 1 ]; then paired="-n 2 --dist loadfile"; fi
 case "${1:-}" in
   fast)
     shift
@@ -46,7 +51,7 @@ case "${1:-}" in
     "$pytest" -q -p no:cacheprovider "${solo[@]}" "${elsewhere[@]/#/--deselect=}" "$@"
     code=$?
     [ "$code" = 0 ] || [ "$code" = 5 ] || status=$code
-    "$pytest" -n 2 --dist loadfile -q -p no:cacheprovider --durations=15 tests \
+    "$pytest" $paired -q -p no:cacheprovider --durations=15 tests \
       "${fast[@]/#/--ignore=}" "${solo[@]/#/--deselect=}" "${elsewhere[@]/#/--deselect=}" \
       "$@" || status=$?
     exit "$status"
