@@ -106,11 +106,13 @@ def evaluations(log: Path) -> list[dict[str, float]]:
     return rounds
 
 
-def run_once(row: Row, seed: int, budget: int, target: float, state: Path) -> dict[str, object]:
+def run_once(
+    row: Row, seed: int, budget: int, target: float, state: Path, overrides: list[str]
+) -> dict[str, object]:
     """One launch trained to ``budget``; its greedy rounds decide the figures."""
     run_id = f"zoo-{row.preset}-s{seed}-{uuid.uuid4().hex[:6]}"
     argv = [str(CLI), "launch", row.preset, "--run-id", run_id, "--state-dir", str(state)]
-    for override in (f"seed={seed}", f"env_step_budget={budget}", OUT_OF_REACH):
+    for override in (f"seed={seed}", f"env_step_budget={budget}", OUT_OF_REACH, *overrides):
         argv += ["--set", override]
     began_wall, began = time.time(), time.monotonic()
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
@@ -139,6 +141,9 @@ def run_once(row: Row, seed: int, budget: int, target: float, state: Path) -> di
         "published": row.published,
         "published_source": row.source,
         "run_id": run_id,
+        "overrides": overrides,
+        # the greedy learning curve: (env steps of the evaluated version, mean return)
+        "curve": [[int(r["env_steps"]), round(r["mean_return"], 1)] for r in rounds],
     }
 
 
@@ -186,6 +191,11 @@ def main() -> int:
     parser.add_argument("--table", type=Path, help="write the Markdown table here")
     parser.add_argument("--from", dest="stored", type=Path, nargs="+", help="JSON lines to table")
     parser.add_argument("--quick", action="store_true", help="cartpole-ppo, 1 seed, 50k steps")
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], help="KEY=VALUE for every run"
+    )
+    parser.add_argument("--budget", type=int, help="env steps per run instead of the row's")
+    parser.add_argument("--target", type=float, help="return counted as reached (default: preset)")
     args = parser.parse_args()
     known = {r.preset: r for r in ROWS}
     if args.stored:
@@ -200,7 +210,11 @@ def main() -> int:
             seeds = [1] if args.quick else [int(s) for s in args.seeds.split(",")]
         except ValueError:
             parser.error("--seeds takes comma-separated integers, e.g. 1,2,3")
-        lines = run_rows([known[p] for p in wanted], seeds, args.quick)
+        if args.budget is not None and args.budget <= 0:
+            parser.error("--budget takes a positive number of env steps, e.g. 400000")
+        lines = run_rows(
+            [known[p] for p in wanted], seeds, args.quick, args.budget, args.target, args.overrides
+        )
     text = table(lines)
     if args.table is not None:
         args.table.write_text(text)
@@ -208,16 +222,23 @@ def main() -> int:
     return 0
 
 
-def run_rows(rows: list[Row], seeds: list[int], quick: bool) -> list[dict[str, object]]:
+def run_rows(
+    rows: list[Row],
+    seeds: list[int],
+    quick: bool,
+    budget_override: int | None = None,
+    target_override: float | None = None,
+    overrides: list[str] | None = None,
+) -> list[dict[str, object]]:
     from coach_stream.config import load_preset
 
     lines = []
     with tempfile.TemporaryDirectory(prefix="bench-zoo-") as state:
         for row in rows:
-            target = load_preset(row.preset).target_return
-            budget = 50_000 if quick else row.budget
+            target = target_override or load_preset(row.preset).target_return
+            budget = 50_000 if quick else budget_override or row.budget
             for seed in seeds:
-                line = run_once(row, seed, budget, target, Path(state))
+                line = run_once(row, seed, budget, target, Path(state), overrides or [])
                 print(json.dumps(line), flush=True)
                 lines.append(line)
     return lines

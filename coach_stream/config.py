@@ -56,6 +56,12 @@ class NetworkConfig(_Frozen):
     heads)."""
     activation: Literal["tanh", "relu"] = "tanh"
     """The hidden layers' activation function."""
+    ortho_init: bool = True
+    """MLP layers: orthogonal weights and zero biases (CleanRL's ``layer_init``); false:
+    torch's default init (SB3's ``ortho_init=False``, which rl-zoo's MuJoCo PPO uses)."""
+    log_std_init: float = 0.0
+    """PPO's Gaussian policy: the starting state-independent log-std (rl-zoo's HalfCheetah
+    PPO starts at -2, a std of 0.14, instead of 1)."""
     pixels: bool | None = None
     """CNN kinds: whether the uint8 frames are pixels, scaled by 1/255, or small integer
     codes fed as they are (MiniGrid's object, colour and state indices, at most about 10).

@@ -21,11 +21,13 @@ from coach_stream.errors import ConfigError
 from coach_stream.policies.cnn import ImageEncoder, network_kind
 
 
-def _layer(inputs: int, outputs: int, std: float) -> nn.Linear:
-    """Orthogonal init with zero bias (CleanRL's ``layer_init``)."""
+def _layer(inputs: int, outputs: int, std: float, ortho: bool = True) -> nn.Linear:
+    """Orthogonal init with zero bias (CleanRL's ``layer_init``), or torch's default init
+    (``ortho=False``: SB3's ``ortho_init=False``)."""
     layer = nn.Linear(inputs, outputs)
-    nn.init.orthogonal_(layer.weight, std)
-    nn.init.constant_(layer.bias, 0.0)
+    if ortho:
+        nn.init.orthogonal_(layer.weight, std)
+        nn.init.constant_(layer.bias, 0.0)
     return layer
 
 
@@ -41,9 +43,9 @@ def _mlp(
     layers: list[nn.Module] = []
     width = inputs
     for hidden in config.hidden_sizes if hidden_sizes is None else hidden_sizes:
-        layers += [_layer(width, hidden, float(np.sqrt(2))), activation()]
+        layers += [_layer(width, hidden, float(np.sqrt(2)), config.ortho_init), activation()]
         width = hidden
-    layers.append(_layer(width, outputs, out_std))
+    layers.append(_layer(width, outputs, out_std, config.ortho_init))
     return nn.Sequential(*layers)
 
 
@@ -173,7 +175,7 @@ class GaussianActorCritic(nn.Module):
         self.action_shape = shape.action_shape
         self.critic = _mlp(shape.obs_dim, config, 1, 1.0)
         self.actor_mean = _mlp(shape.obs_dim, config, shape.num_actions, 0.01)
-        self.actor_logstd = nn.Parameter(torch.zeros(1, shape.num_actions))
+        self.actor_logstd = nn.Parameter(torch.full((1, shape.num_actions), config.log_std_init))
 
     def get_value(self, obs: torch.Tensor) -> torch.Tensor:
         value: torch.Tensor = self.critic(_flat(obs)).squeeze(-1)
