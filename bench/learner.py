@@ -257,8 +257,8 @@ def _sb3_dqn(preset: Preset, chunks: list[ExperienceChunk], device: torch.device
 # --------------------------------------------------------------------------- SAC
 
 
-def sac_sides(device: torch.device) -> dict[str, Callable[[], int]]:
-    preset = load_preset("pendulum-sac", [f"trainer.device={device.type}"])
+def sac_sides(device: torch.device, name: str = "pendulum-sac") -> dict[str, Callable[[], int]]:
+    preset = load_preset(name, [f"trainer.device={device.type}"])
     c = preset.sac
     chunks, _, learner = _replay_learner(preset, 10_000)
 
@@ -348,6 +348,9 @@ def main() -> int:
     parser.add_argument("--algorithms", default="ppo,dqn", help="Of ppo, dqn, sac.")
     parser.add_argument("--device", default="cpu,cuda", help="cpu, cuda or both.")
     parser.add_argument("--profile", action="store_true", help="cProfile of our side (stderr).")
+    parser.add_argument(
+        "--sac-preset", default="pendulum-sac", help="The SAC preset (halfcheetah-sac: 256x256)."
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)  # as the trainer process (setup_process)
     seconds, rounds = (1.0, 3) if args.quick else (3.0, 5)
@@ -360,18 +363,29 @@ def main() -> int:
             continue
         device = torch.device(device_name)
         for algorithm in args.algorithms.split(","):
-            sides = SIDES[algorithm](device)
+            sides = (
+                sac_sides(device, args.sac_preset)
+                if algorithm == "sac"
+                else SIDES[algorithm](device)
+            )
             if args.profile:
                 print(f"# {algorithm} {device_name}: ours\n{profiled(sides['ours'], 3.0)}",
                       file=sys.stderr)  # fmt: skip
             rates = interleaved(sides, seconds, rounds)
-            _report(algorithm, device_name, rates, load)
+            _report(algorithm, device_name, rates, load, args.sac_preset)
     return 0
 
 
-def _report(algorithm: str, device: str, rates: dict[str, float], load: float) -> None:
+def _report(
+    algorithm: str, device: str, rates: dict[str, float], load: float, sac_preset: str
+) -> None:
     unit = UNITS[algorithm]
-    extra = {"device": device, "load_1min": load, "threads": torch.get_num_threads()}
+    extra: dict[str, object] = {
+        "device": device, "load_1min": load, "threads": torch.get_num_threads()
+    }  # fmt: skip
+    if algorithm == "sac":  # one gradient step per env step (256 samples per insert, batch 256)
+        extra["preset"] = sac_preset
+        extra["hours_per_400k_env_steps"] = round(400_000 / rates["ours"] / 3600, 2)
     if algorithm == "dqn":  # steps -> the env transitions they consume at 32 samples/insert
         per_step = load_preset("cartpole-dqn").dqn_config.batch_size / 32.0
         jsonl.emit("learner", "dqn_gradient_steps_per_s", rates["ours"], "gradient_steps/s",

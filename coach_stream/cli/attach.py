@@ -13,27 +13,13 @@ its experience was read to the end.
 from __future__ import annotations
 
 import dataclasses
-import signal
-import time
-from pathlib import Path
 
 import typer
 
 from coach_stream.algorithms import BUILDERS
 from coach_stream.cli import nomad as nomad_cli
-from coach_stream.cli.launch import OrchestratorOption, plan_launch, run, target_for
-from coach_stream.cli.live import interrupt
-from coach_stream.cli.options import (
-    CheckpointsOption,
-    GcsEmulatorOption,
-    KafkaOption,
-    OrchestratorKind,
-    SeedOption,
-    SetOption,
-    StateDirOption,
-    TensorBoardOption,
-    check_writable_dir,
-)
+from coach_stream.cli.launch import plan_launch, submit
+from coach_stream.cli.option_groups import RunFlags, with_run_flags
 from coach_stream.config import Preset
 from coach_stream.errors import ConfigError, ServiceUnavailableError
 from coach_stream.orchestrators.plan import LaunchPlan
@@ -44,6 +30,7 @@ _READ_SOURCE_S = 10.0
 
 
 @nomad_cli.with_nomad_flags
+@with_run_flags("shadow")
 def attach(
     source: str = typer.Argument(..., help="The run to learn from: live, or finished and stored."),
     preset: str = typer.Option(
@@ -52,19 +39,8 @@ def attach(
     run_id: str | None = typer.Option(
         None, "--run-id", help="The shadow's own run id. Default: <preset>-<time>-<hex>."
     ),
-    orchestrator_kind: OrchestratorKind = OrchestratorOption,
-    detach: bool = typer.Option(False, "--detach", help="Start the shadow and return at once."),
-    checkpoints: str | None = CheckpointsOption,
-    kafka: str | None = KafkaOption,
-    gcs_emulator: str | None = GcsEmulatorOption,
-    seed: int | None = SeedOption,
-    overrides: list[str] = SetOption,
-    timeout: float | None = typer.Option(
-        None, "--timeout", min=0.0, help="Stop the shadow after this many seconds."
-    ),
-    state_dir: Path = StateDirOption,
-    tensorboard: Path | None = TensorBoardOption,
     *,
+    flags: RunFlags,
     nomad: nomad_cli.NomadFlags,
 ) -> None:
     """Learn from another run's experience with an extra off-policy learner of its own.
@@ -76,35 +52,14 @@ def attach(
     experience was read to the end. Exit codes as for launch: 0 solved, 1 ended without its
     target, 2 bad input (nothing is created), 130 interrupted.
     """
-    started = time.monotonic()
-    if nomad.dry_run and orchestrator_kind is not OrchestratorKind.nomad:
-        raise ConfigError("--dry-run prints a Nomad job; add --orchestrator nomad.")
-    signal.signal(signal.SIGTERM, interrupt)
-    if tensorboard is not None:
-        check_writable_dir(tensorboard, "--tensorboard")
-    plan = _plan(source, preset, run_id, checkpoints, kafka, gcs_emulator, seed, overrides,
-                 state_dir)  # fmt: skip
-    chosen = target_for(orchestrator_kind, plan, nomad)
-    if chosen is not None:  # None: --dry-run printed the job
-        run(*chosen, detach=detach, timeout=timeout, started=started, tensorboard=tensorboard)
+    submit(flags, nomad, lambda: _plan(source, preset, run_id, flags))
 
 
-def _plan(
-    source: str,
-    preset: str,
-    run_id: str | None,
-    checkpoints: str | None,
-    kafka: str | None,
-    gcs_emulator: str | None,
-    seed: int | None,
-    overrides: list[str],
-    state_dir: Path,
-) -> LaunchPlan:
+def _plan(source: str, preset: str, run_id: str | None, flags: RunFlags) -> LaunchPlan:
     """The shadow's launch plan, checked against the source on the broker; its ``workers``
     are the source topic's partitions (what the learner sizes its share of the stream by)."""
     check_run_id(source)
-    plan = plan_launch(preset, 1, run_id, checkpoints, kafka, gcs_emulator, seed, overrides,
-                       state_dir, experience_from=source)  # fmt: skip
+    plan = plan_launch(preset, 1, run_id, flags, experience_from=source)
     _check_off_policy(plan.preset, source)
     if plan.settings.run_id == source:
         raise ConfigError(f"--run-id {source!r} is the source run's; give the shadow its own.")

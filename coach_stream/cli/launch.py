@@ -31,15 +31,9 @@ from coach_stream.cli.live import (
     scalars_written,
     stopped_on_interrupt,
 )
+from coach_stream.cli.option_groups import RunFlags, with_run_flags
 from coach_stream.cli.options import (
-    CheckpointsOption,
-    GcsEmulatorOption,
-    KafkaOption,
     OrchestratorKind,
-    SeedOption,
-    SetOption,
-    StateDirOption,
-    TensorBoardOption,
     check_writable_dir,
     checkpoint_url,
     load_run_preset,
@@ -65,11 +59,6 @@ MetricsPortOption = typer.Option(
     max=65535,
     help="Serve Prometheus /metrics: the trainer on this port, rollout worker i on port+1+i; "
     "0: any free port each (status shows them). Sets the preset's metrics_port.",
-)
-OrchestratorOption = typer.Option(
-    OrchestratorKind.local,
-    "--orchestrator",
-    help="Who runs the processes: local subprocesses or a Nomad job (NOMAD_ADDR, ...).",
 )
 
 
@@ -143,21 +132,11 @@ class LocalTarget:
 
 
 @nomad_cli.with_nomad_flags
+@with_run_flags("run")
 def launch(
     preset: str = typer.Argument(..., help="A built-in preset (cartpole-ppo, ...) or a YAML path."),
-    orchestrator_kind: OrchestratorKind = OrchestratorOption,
     workers: int = typer.Option(2, "--workers", "-n", min=1, max=256, help="Rollout workers."),
     run_id: str | None = typer.Option(None, "--run-id", help="Default: <preset>-<time>-<hex>."),
-    detach: bool = typer.Option(False, "--detach", help="Start the run and return at once."),
-    checkpoints: str | None = CheckpointsOption,
-    kafka: str | None = KafkaOption,
-    gcs_emulator: str | None = GcsEmulatorOption,
-    seed: int | None = SeedOption,
-    overrides: list[str] = SetOption,
-    timeout: float | None = typer.Option(
-        None, "--timeout", min=0.0, help="Stop the run after this many seconds."
-    ),
-    state_dir: Path = StateDirOption,
     experience_retention: str | None = typer.Option(
         None,
         "--experience-retention",
@@ -165,8 +144,8 @@ def launch(
         "(default: the preset's experience_retention).",
     ),
     metrics_port: int | None = MetricsPortOption,
-    tensorboard: Path | None = TensorBoardOption,
     *,
+    flags: RunFlags,
     nomad: nomad_cli.NomadFlags,
 ) -> None:
     """Start a trainer, N rollout workers and an evaluator, and follow them to the end.
@@ -174,21 +153,27 @@ def launch(
     Exit code 0 when the target return was reached, 1 when the run ended without it,
     2 for bad input (nothing is started), 130 when interrupted.
     """
+    extra = _flag_overrides(experience_retention, metrics_port)
+    submit(flags, nomad, lambda: plan_launch(preset, workers, run_id, flags, extra))
+
+
+def submit(
+    flags: RunFlags, nomad: nomad_cli.NomadFlags, plan_for: Callable[[], LaunchPlan]
+) -> None:
+    """What ``launch`` and ``attach`` do once their own flags are read: refuse what cannot
+    run, make the plan (``plan_for``), then print a ``--dry-run``'s job or run the plan."""
     started = time.monotonic()  # launch-to-running and launch-to-solved are measured from here
-    if nomad.dry_run and orchestrator_kind is not OrchestratorKind.nomad:
+    if nomad.dry_run and flags.orchestrator is not OrchestratorKind.nomad:
         raise ConfigError("--dry-run prints a Nomad job; add --orchestrator nomad.")
     # A launcher killed with SIGTERM (a CI timeout, `kill`) stops its run like Ctrl-C does,
     # from the start: while the run starts, it is undone (`_start`), so nothing is orphaned.
     signal.signal(signal.SIGTERM, interrupt)
-    if tensorboard is not None:
-        check_writable_dir(tensorboard, "--tensorboard")
-    overrides = [*overrides, *_flag_overrides(experience_retention, metrics_port)]
-    plan = plan_launch(
-        preset, workers, run_id, checkpoints, kafka, gcs_emulator, seed, overrides, state_dir
-    )
-    chosen = target_for(orchestrator_kind, plan, nomad)
+    if flags.tensorboard is not None:
+        check_writable_dir(flags.tensorboard, "--tensorboard")
+    chosen = target_for(flags.orchestrator, plan_for(), nomad)
     if chosen is not None:  # None: --dry-run printed the job
-        run(*chosen, detach=detach, timeout=timeout, started=started, tensorboard=tensorboard)
+        run(*chosen, detach=flags.detach, timeout=flags.timeout, started=started,
+            tensorboard=flags.tensorboard)  # fmt: skip
 
 
 def target_for(
@@ -286,22 +271,21 @@ def plan_launch(
     preset: str,
     workers: int,
     run_id: str | None,
-    checkpoints: str | None,
-    kafka: str | None,
-    gcs_emulator: str | None,
-    seed: int | None,
-    overrides: list[str],
-    state_dir: Path,
+    flags: RunFlags,
+    extra_overrides: list[str] | None = None,
     experience_from: str | None = None,
 ) -> LaunchPlan:
     """Everything the flags and the preset decide, checked without touching any service
-    (``experience_from``: a shadow learner's source run, ``coach-stream attach``)."""
+    (``extra_overrides``: flags that set preset keys, after ``--set``'s; ``experience_from``:
+    a shadow learner's source run, ``coach-stream attach``)."""
+    overrides = [*flags.overrides, *(extra_overrides or [])]
+    seed, state_dir, gcs_emulator = flags.seed, flags.state_dir, flags.gcs_emulator
     # Loaded exactly as every task will load it (with --seed), so a value a task would
     # refuse is refused here, once, instead of by N crash-looping processes.
     loaded = load_run_preset(preset, seed, overrides)
-    url = checkpoint_url(checkpoints, state_dir)
+    url = checkpoint_url(flags.checkpoints, state_dir)
     stack = LocalStack(default_cache_dir())
-    kafka = kafka or stack.kafka_bootstrap()
+    kafka = flags.kafka or stack.kafka_bootstrap()
     if url.startswith("gs://"):
         gcs_emulator = gcs_emulator or stack.gcs_endpoint()
     settings = LaunchSettings(

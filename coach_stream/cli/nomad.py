@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
-import inspect
 import json
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any
 
 import typer
 from rich.console import Console, Group
@@ -28,6 +26,7 @@ from rich.text import Text
 
 from coach_stream.cli.kafka_env import kafka_settings, nomad_task_env
 from coach_stream.cli.live import render
+from coach_stream.cli.option_groups import Command, with_option_group
 from coach_stream.errors import CoachStreamError, ConfigError, OrchestratorError
 from coach_stream.observability.fold import RunTelemetry
 from coach_stream.orchestrators import build_run_spec
@@ -127,35 +126,6 @@ _ACCESS_OPTIONS = {
     "nomad_region": typer.Option(None, "--nomad-region", help="Region (default: NOMAD_REGION)."),
 }
 
-Command = TypeVar("Command", bound=Callable[..., None])
-
-
-def _with_options(
-    command: Command,
-    options: Mapping[str, tuple[Any, Any]],
-    build: Callable[[dict[str, Any]], object],
-) -> Command:
-    """``command`` with ``options`` (name -> (annotation, typer option)) added to its
-    signature, their values handed to it as one ``nomad`` argument made by ``build``
-    (typer reads the options from the signature set here)."""
-    signature = inspect.signature(command, eval_str=True)
-    kept = [p for p in signature.parameters.values() if p.name != "nomad"]
-    added = [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
-                          annotation=annotation)
-        for name, (annotation, option) in options.items()
-    ]  # fmt: skip
-
-    @functools.wraps(command)
-    def with_nomad(*args: Any, **kwargs: Any) -> None:
-        values = {name: kwargs.pop(name, None) for name in options}
-        command(*args, nomad=build(values), **kwargs)
-
-    parameters = [*kept, *added]
-    with_nomad.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
-    with_nomad.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": None}
-    return cast(Command, with_nomad)
-
 
 def _access(values: Mapping[str, Any]) -> NomadAccess:
     return NomadAccess(*(values[name] for name in _ACCESS_OPTIONS))
@@ -165,7 +135,7 @@ def with_nomad_access(command: Command) -> Command:
     """Give a command the four ``--nomad-*`` options, handed to it as one ``nomad:
     NomadAccess`` argument."""
     options = {name: (str | None, option) for name, option in _ACCESS_OPTIONS.items()}
-    return _with_options(command, options, _access)
+    return with_option_group(command, "nomad", options, _access)
 
 
 _JOB_OPTIONS: dict[str, tuple[Any, Any]] = {
@@ -196,7 +166,7 @@ def with_nomad_flags(command: Command) -> Command:
             values["start_timeout"], values["dry_run"], values["job_format"],
         )  # fmt: skip
 
-    return _with_options(command, options, build)
+    return with_option_group(command, "nomad", options, build)
 
 
 @dataclass(frozen=True)
