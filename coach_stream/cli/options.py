@@ -114,3 +114,11 @@ def check_writable_dir(directory: Path, flag: str) -> None:
         raise ConfigError(
             f"{flag} {directory}: {existing} is not a writable directory; choose another path."
         )
+    # Permission bits do not tell everything (root passes os.access, yet /proc and a
+    # read-only mount refuse): create it now, before anything is started.
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(
+            f"{flag} {directory}: cannot create it ({error.strerror}); choose another path."
+        ) from None

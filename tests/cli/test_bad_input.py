@@ -70,6 +70,9 @@ def test_usage_errors_are_one_line_with_a_help_hint(
         (["cartpole-ppo", "--checkpoints", "file://host/dir"], "not a local file URL"),
         (["cartpole-ppo", "--run-id", "a.b"], "Run id 'a.b' is not valid"),
         (["cartpole-ppo", "--run-id", "x" * 101], "is not valid"),
+        # root passes os.access on /proc, yet nothing can be created there: the run had
+        # started, then the launcher died with a traceback when it made the scalars' dir
+        (["cartpole-ppo", "--tensorboard", "/proc/coach-stream-tb"], "--tensorboard /proc/"),
     ],
 )
 def test_bad_launch_input_is_refused_before_anything_starts(
