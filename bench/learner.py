@@ -61,6 +61,7 @@ from coach_stream.envs import (
     make_vector_env,
     process_seed,
 )
+from coach_stream.errors import ConfigError
 from coach_stream.events import EventList
 from coach_stream.rollout.worker import RolloutWorker
 
@@ -352,6 +353,11 @@ def main() -> int:
         "--sac-preset", default="pendulum-sac", help="The SAC preset (halfcheetah-sac: 256x256)."
     )
     args = parser.parse_args()
+    try:
+        if load_preset(args.sac_preset).algorithm != "sac":
+            parser.error(f"--sac-preset {args.sac_preset} is not a SAC preset")
+    except ConfigError as error:
+        parser.error(str(error))
     torch.set_num_threads(1)  # as the trainer process (setup_process)
     seconds, rounds = (1.0, 3) if args.quick else (3.0, 5)
     load = round(os.getloadavg()[0], 2)
