@@ -106,6 +106,21 @@ def evaluations(log: Path) -> list[dict[str, float]]:
     return rounds
 
 
+def trainer_totals(log: Path) -> dict[str, float]:
+    """The trainer's last progress event: env steps learned and env steps dropped as stale
+    (acted with a version the trainer had moved past: workers' CPU spent for nothing)."""
+    last: dict[str, float] = {}
+    for line in log.read_text().splitlines() if log.exists() else []:
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            event = json.loads(line)
+            if isinstance(event, dict) and "rollout/dropped_stale_steps" in event:
+                last = {
+                    "env_steps": float(event["time/env_steps"]),
+                    "stale_steps": float(event["rollout/dropped_stale_steps"]),
+                }
+    return last
+
+
 def run_once(
     row: Row, seed: int, budget: int, target: float, state: Path, overrides: list[str]
 ) -> dict[str, object]:
@@ -121,6 +136,7 @@ def run_once(
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
         raise SystemExit(f"launch of {row.preset} failed with exit {done.returncode}: {tail}")
     rounds = evaluations(state / "runs" / run_id / "logs" / "evaluator.log")
+    totals = trainer_totals(state / "runs" / run_id / "logs" / "trainer.log")
     reached = next((r for r in rounds if r["mean_return"] >= target), None)
     last = rounds[-1] if rounds else None
     return {
@@ -142,6 +158,7 @@ def run_once(
         "published_source": row.source,
         "run_id": run_id,
         "overrides": overrides,
+        "stale_steps_dropped": int(totals["stale_steps"]) if totals else None,
         # the greedy learning curve: (env steps of the evaluated version, mean return)
         "curve": [[int(r["env_steps"]), round(r["mean_return"], 1)] for r in rounds],
     }
