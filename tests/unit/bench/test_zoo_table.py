@@ -60,3 +60,22 @@ def test_presets_without_runs_have_no_row(zoo: ModuleType) -> None:
     text = zoo.table([line("cartpole-ppo", 1, 500.0, 10_240)])
     assert "cartpole-ppo" in text and "acrobot-ppo" not in text
     assert "| 500.0 |" in text
+
+
+def test_the_logs_give_the_curve_and_the_stale_steps(zoo: ModuleType, tmp_path: Path) -> None:
+    evaluator, trainer = tmp_path / "evaluator.log", tmp_path / "trainer.log"
+    evaluator.write_text(
+        "2026-12-05 10:00:00 coach_stream.rollout starting\n"  # not an event: skipped
+        '{"event": "evaluation", "time": 1.0, "env_steps": 512, "mean_return": -3.5}\n'
+        '{"event": "evaluation", "time": 2.0, "env_steps": 1024, "mean_return": 12.25}\n'
+        '{"event": "evaluation", "time": 3.0}\n'  # cut short by a kill: skipped
+    )
+    trainer.write_text(
+        '{"time/env_steps": 512, "rollout/dropped_stale_steps": 0}\n'
+        '{"time/env_steps": 1024, "rollout/dropped_stale_steps": 256}\n'
+        '{"time/env_steps": 1100}\n'  # an event without the count: the last count stands
+    )
+    rounds = zoo.evaluations(evaluator)
+    assert [(r["env_steps"], r["mean_return"]) for r in rounds] == [(512, -3.5), (1024, 12.25)]
+    assert zoo.trainer_totals(trainer) == {"env_steps": 1024.0, "stale_steps": 256.0}
+    assert zoo.trainer_totals(tmp_path / "missing.log") == {}
