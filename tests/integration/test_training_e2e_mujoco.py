@@ -28,11 +28,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 @pytest.mark.parametrize(
     ("preset", "budget", "overrides"),
     [
-        # 10k uniform steps, then at most one gradient step per env step; the trainer ends
-        # when it has read the budget, however many steps it has learned by then (160 on a
-        # loaded CI machine, 32-63 once under two busy loops), so a version every 8 steps,
-        # not the preset's 256: 2 versions need 16
-        ("halfcheetah-sac", 11_000, ("sac.publish_every=8",)),
+        # 10k uniform steps, then one gradient step per env step. The trainer reads only
+        # while its samples-per-insert budget is nearly spent (32 steps' worth), and here 2
+        # records (128 env steps) a read, so no read can jump the budget, however far the
+        # workers are ahead. So before the read that passes 10.4k it has learned at least
+        # 10,400 - 128 - 10,000 - 32 = 240 steps, whatever the load: a version per learn()
+        # call of up to 32 steps (publish_every 8) makes at least 7, and 2 are asserted
+        # (408 steps, version 13 beside two training runs). At most 400 steps: ~20 s idle.
+        (
+            "halfcheetah-sac",
+            10_400,
+            ("sac.publish_every=8", "trainer.read_batch=2"),
+        ),
         # 2 workers x 256 steps per version: 8 versions (at least 2 asserted)
         ("halfcheetah-ppo", 4_096, ()),
     ],
