@@ -18,7 +18,9 @@ def test_the_gaussian_policy_starts_at_the_configured_log_std() -> None:
     _, log_std = net.mean_and_log_std(torch.zeros(3, 17))
     assert torch.equal(log_std, torch.full((3, 6), -2.0))
     _, _, entropy, _ = net.get_action_and_value(torch.zeros(1, 17))
-    assert math.isclose(float(entropy), 6 * (0.5 + 0.5 * math.log(2 * math.pi) - 2.0), rel_tol=1e-6)
+    assert math.isclose(
+        float(entropy.detach()), 6 * (0.5 + 0.5 * math.log(2 * math.pi) - 2.0), rel_tol=1e-6
+    )
 
 
 def test_ortho_init_off_keeps_torch_default_init() -> None:
