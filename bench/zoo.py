@@ -178,11 +178,12 @@ def table(lines: list[dict[str, object]]) -> str:
         "| published (same env steps) | ratio | seeds reaching target | median wall |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    by_preset: dict[str, list[dict[str, object]]] = {}
+    # A seed run again (after its preset changed) replaces its earlier line: the last wins.
+    by_preset: dict[str, dict[object, dict[str, object]]] = {}
     for line in lines:
-        by_preset.setdefault(str(line["preset"]), []).append(line)
+        by_preset.setdefault(str(line["preset"]), {})[line["seed"]] = line
     for row in ROWS:
-        runs = by_preset.get(row.preset, [])
+        runs = list(by_preset.get(row.preset, {}).values())
         returns = [float(r["return_at_budget"]) for r in runs if r["return_at_budget"] is not None]  # type: ignore[arg-type]
         if not returns:
             continue

@@ -56,6 +56,19 @@ def test_a_row_takes_the_median_and_counts_seeds_reaching_target(zoo: ModuleType
     assert cells[10] == "2.0 min"
 
 
+def test_a_seed_run_again_replaces_its_earlier_line(zoo: ModuleType) -> None:
+    lines = [
+        line("pendulum-ppo", 1, -300.0, None),  # the preset before a change
+        line("pendulum-ppo", 2, -250.0, None),
+        line("pendulum-ppo", 1, -180.0, 70_000),  # the same seed after it
+    ]
+    rows = [r for r in zoo.table(lines).splitlines() if "pendulum-ppo" in r]
+    cells = [c.strip() for c in rows[0].split("|")]
+    assert cells[4] == "2 (1, 2)"
+    assert cells[5] == "-215.0"
+    assert cells[9] == "1 of 2"
+
+
 def test_presets_without_runs_have_no_row(zoo: ModuleType) -> None:
     text = zoo.table([line("cartpole-ppo", 1, 500.0, 10_240)])
     assert "cartpole-ppo" in text and "acrobot-ppo" not in text
