@@ -97,3 +97,26 @@ def test_run_ids_of_several_runs_stay_per_chunk() -> None:
     columns, ok = decode_columns([encode_chunk(c) for c in chunks])
     assert ok.all() and columns is not None
     assert columns.run_ids == ["a", "run-b", "a", "run-c"]
+
+
+def test_transitions_pair_each_step_with_its_next_observation_across_chunk_lengths() -> None:
+    from coach_stream.replay.batches import ChunkBatch, to_transitions
+
+    chunks = _chunks()  # lengths 5, 1, 32, 0 and 7, some with behaviour columns
+    n = len(chunks)
+    batch = ChunkBatch(
+        from_chunks(chunks),
+        np.zeros(n, np.int32),
+        np.arange(n, dtype=np.int64),
+        np.zeros(n, np.int64),
+        [b""] * n,
+        [b""] * n,
+        [],
+    )
+    t = to_transitions(batch)
+    want_obs = np.concatenate([c.observations[:-1] for c in chunks])
+    want_next = np.concatenate([c.observations[1:] for c in chunks])
+    assert t.observations.tobytes() == want_obs.tobytes()
+    assert t.next_observations.tobytes() == want_next.tobytes()
+    assert t.offset.tolist() == [i for i, c in enumerate(chunks) for _ in range(len(c.rewards))]
+    assert len(t) == sum(len(c.rewards) for c in chunks)
