@@ -58,26 +58,37 @@ class _Parser:
         self.ok &= (header == _HEADER).all(axis=1)
         self.pos = self.starts + len(_HEADER)
         self._recent_codes = list(range(len(_NAMES)))  # dtype_code's order of trial
+        self._windows: dict[int, npt.NDArray[np.uint8]] = {}
+
+    def windows(self, width: int) -> npt.NDArray[np.uint8]:
+        """Row ``i`` is the ``width`` bytes from ``i`` (made once per width: ~20 us each)."""
+        view = self._windows.get(width)
+        if view is None:
+            view = self._windows[width] = np.lib.stride_tricks.sliding_window_view(self.buf, width)
+        return view
 
     def at(self, pos: _I64) -> _I64:
         return self.buf[np.minimum(pos, self.limit)].astype(np.int64)  # pos is never < 0
 
     def long(self, active: _BOOL | None = None) -> _I64:
         """A zig-zag varint at ``pos`` of every (active) record; advances ``pos``."""
-        n = len(self.pos)
         active = self.ok if active is None else active & self.ok
-        raw = np.zeros(n, dtype=np.int64)
-        size = np.zeros(n, dtype=np.int64)
-        done = ~active
-        for k in range(9):  # 9 bytes hold 63 bits; a longer varint is left to the codec
+        # np.where, not masked assignment: most varints here are one byte, and a boolean
+        # mask's gather and scatter cost more than the whole-column arithmetic they save
+        byte = self.at(self.pos)
+        raw = np.where(active, byte & 0x7F, 0)
+        ending = active & (byte < 0x80)
+        size = ending.astype(np.int64)
+        done = ~active | ending
+        k = 1
+        while k < 9 and not done.all():  # 9 bytes hold 63 bits; longer is left to the codec
             byte = self.at(self.pos + k)
             open_ = ~done
-            raw[open_] |= (byte[open_] & 0x7F) << (7 * k)
+            raw |= np.where(open_, (byte & 0x7F) << (7 * k), 0)
             ending = open_ & (byte < 0x80)
-            size[ending] = k + 1
+            size = np.where(ending, k + 1, size)
             done |= ending
-            if done.all():
-                break
+            k += 1
         self.ok &= done
         self.pos = np.where(active & self.ok, self.pos + size, self.pos)
         return (raw >> 1) ^ -(raw & 1)
@@ -108,7 +119,7 @@ class _Parser:
             if len(rows):
                 # each row's next len(name) bytes, one window row each (the buffer's zero
                 # padding is longer than any name: a position past the data reads zeros)
-                windows = np.lib.stride_tricks.sliding_window_view(self.buf, len(name))
+                windows = self.windows(len(name))
                 got = windows[np.minimum(self.pos[rows], len(windows) - 1)]
                 matched = rows[(got == name).all(axis=1)]
                 if len(matched):
@@ -174,8 +185,7 @@ class _Parser:
             width = int(nbytes[0])
             if width == 0:
                 return np.zeros(0, dtype=dtype)
-            windows = np.lib.stride_tricks.sliding_window_view(self.buf, width)
-            return windows[start].reshape(-1).view(dtype)
+            return self.windows(width)[start].reshape(-1).view(dtype)
         view = self.view
         # one memcpy per record through bytes.join: far cheaper than indexing byte by byte
         pieces = [view[s : s + n] for s, n in zip(start.tolist(), nbytes.tolist(), strict=True)]
