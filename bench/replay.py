@@ -12,7 +12,8 @@ Figures (one JSON line each, the baseline measured in the same run, on the same 
   counts them) against Kafka's own consumer, ``kafka-consumer-perf-test``
   (``org.apache.kafka.tools.ConsumerPerformance`` of the broker's version, its
   ``fetch.MB.sec``: group join left out, as ours leaves out opening the reader), on the same
-  topic, passes alternating; the median of each with the spread (min-max) of the passes.
+  topic, passes alternating; the median of each with the spread (min-max) of the passes,
+  and ``pass_ratios``: each of our passes against the Kafka pass just before it.
   The ceiling: a JVM consumer that reads the bytes and decodes nothing.
 
 The baseline is a generic Kafka-to-Avro consumer: one ``poll()`` per record, one fastavro
@@ -217,6 +218,8 @@ def against_kafka(
         spread=[round(min(ours), 1), round(max(ours), 1)],
         baseline_spread=[round(min(theirs), 1), round(max(theirs), 1)],
         ratio_spread=[round(min(ours) / max(theirs), 2), round(max(ours) / min(theirs), 2)],
+        # each pass against the Kafka pass just before it: the same moment's machine
+        pass_ratios=[round(o / t, 2) for o, t in zip(ours, theirs, strict=True)],
     )  # fmt: skip
 
 
