@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test test-stack test-containers kafka-image unit check stack-up stack-down demo bench-quick clean
+.PHONY: setup test test-stack test-containers kafka-image runtime-image unit check stack-up stack-down demo bench-quick clean
 
 # A virtual environment with the package and its dev tools. pip's cache keeps torch (large)
 # from being downloaded twice; the stamp keeps a second `make` from reinstalling at all.
@@ -31,15 +31,20 @@ test: setup
 test-stack: setup
 	bash scripts/with-stack.sh bash scripts/test-lanes.sh all
 
-# The Kafka integration suites against testcontainers Kafka (docs/testing.md): uses the
-# engine at DOCKER_HOST, or installs/starts the project's own and stops it afterwards;
-# builds or reuses the offline image coach-stream/kafka:4.4.0.
+# The Kafka integration suites against testcontainers Kafka, and Nomad's docker driver
+# (docs/testing.md): uses the engine at DOCKER_HOST, or installs/starts the project's own and
+# stops it afterwards; builds or reuses the offline images coach-stream/kafka:4.4.0 and
+# coach-stream/runtime:0.1.0.
 test-containers: setup
 	bash scripts/test-containers.sh
 
 # The offline-built Kafka image alone (cached: seconds when nothing changed).
 kafka-image: setup
 	bash scripts/build-kafka-image.sh
+
+# The image Nomad's docker driver runs, built offline as the Dockerfile's twin (cached).
+runtime-image: setup
+	bash scripts/build-runtime-image.sh
 
 # The fast lane: every test that needs no Kafka, GCS or Docker (unit, fuzz, the Nomad
 # double's own tests, the CLI's bad-input cases), on both cores; under 2 minutes.

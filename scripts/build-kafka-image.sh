@@ -22,34 +22,13 @@ SUITE=bookworm
 PACKAGES=openjdk-17-jre-headless
 IMAGE="${COACH_STREAM_KAFKA_IMAGE_NAME:-coach-stream/kafka:$KAFKA_VERSION}"
 BASE_IMAGE=coach-stream/kafka-base:$SUITE-jre17
-cache="${COACH_STREAM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/coach-stream}"
-libs="$cache/kafka/$KAFKA_VERSION/libs"
-rootfs_dir="$cache/docker/rootfs"
+libs_rel="kafka/$KAFKA_VERSION/libs"
 force=no
 [ "${1:-}" = --force ] && force=yes
-
-say() { echo "build-kafka-image: $*" >&2; }
-die() { echo "build-kafka-image: $*" >&2; exit 1; }
-docker_cli() { if [ -x /usr/bin/docker ]; then /usr/bin/docker "$@"; else docker "$@"; fi; }
-sha() { sha256sum | cut -c1-16; }
-label_of() { docker_cli image inspect --format "{{ index .Config.Labels \"$2\" }}" "$1" 2>/dev/null || true; }
-
-# --- the engine -------------------------------------------------------------------------------
-started_engine=no
-if ! docker_cli version >/dev/null 2>&1; then
-  say "no Docker engine answers${DOCKER_HOST:+ at $DOCKER_HOST}; starting the project's own"
-  eval "$(scripts/docker-engine.sh env)"
-  if ! docker_cli version >/dev/null 2>&1; then
-    scripts/docker-engine.sh up
-    started_engine=yes
-  fi
-fi
-workdir="$(mktemp -d)"
-cleanup() {
-  rm -rf "$workdir"
-  if [ "$started_engine" = yes ]; then scripts/docker-engine.sh down; fi
-}
-trap cleanup EXIT INT TERM
+NAME=build-kafka-image
+# shellcheck source=scripts/images.sh
+. scripts/images.sh
+libs="$cache/$libs_rel"
 
 # --- the Kafka jars ---------------------------------------------------------------------------
 if [ ! -f "$libs/.complete" ]; then
@@ -61,41 +40,9 @@ if [ ! -f "$libs/.complete" ]; then
 fi
 
 # --- 1. root filesystem -----------------------------------------------------------------------
-mirror="${DEBIAN_MIRROR:-}"
-if [ -z "$mirror" ]; then
-  # The first Debian (not security) mirror apt is configured with, deb822 or one-line format.
-  mirror="$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '/^URIs:/ {print $2}' | grep -v security | head -n1 || true)"
-  [ -n "$mirror" ] || mirror="$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | awk '$1 == "deb" && $2 !~ /^\[/ {print $2}' | grep -v security | grep debian | head -n1 || true)"
-  [ -n "$mirror" ] || mirror=http://deb.debian.org/debian
-fi
-# The key names what the tarball is made of; the mirror is not part of it (same packages).
-rootfs_key="$(printf '%s\n' "$SUITE" minbase "$PACKAGES" "$(uname -m)" v1 | sha)"
-tarball="$rootfs_dir/$SUITE-jre17-$rootfs_key.tar"
-if [ ! -f "$tarball" ]; then
-  command -v debootstrap >/dev/null 2>&1 || {
-    [ "$(id -u)" = 0 ] || die "debootstrap is missing: install it (\`sudo apt-get install debootstrap\`) and run again."
-    say "installing debootstrap"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap >&2
-  }
-  [ "$(id -u)" = 0 ] || die "debootstrap needs root to make the root filesystem; run this once as root."
-  say "making the $SUITE root filesystem with $PACKAGES from $mirror (once, a few minutes)"
-  target="$workdir/rootfs"
-  debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$target" "$mirror" >"$workdir/debootstrap.log" 2>&1 \
-    || { tail -n 30 "$workdir/debootstrap.log" >&2; die "debootstrap failed (above); check that $mirror is reachable"; }
-  # What a container never needs: package caches, docs, manuals, locales.
-  rm -rf "$target"/var/cache/apt/archives/*.deb "$target"/var/lib/apt/lists/* \
-    "$target"/usr/share/doc/* "$target"/usr/share/man/* "$target"/usr/share/locale/* \
-    "$target"/var/log/* "$target"/tmp/*
-  # (Running java needs /proc, so this checks the installed binary; the tests run it.)
-  chroot "$target" /bin/sh -c 'test -x "$(readlink -f /usr/bin/java)"' \
-    || die "the root filesystem has no java (see $workdir/debootstrap.log)"
-  mkdir -p "$rootfs_dir"
-  tar --numeric-owner -C "$target" -cf "$tarball.partial" .
-  mv "$tarball.partial" "$tarball"
-  rm -rf "$target"
-  # Older tarballs (other keys) are dead weight.
-  find "$rootfs_dir" -name "$SUITE-jre17-*.tar" ! -name "$(basename "$tarball")" -delete
-fi
+# (Running java needs /proc, so the check looks at the installed binary; the tests run it.)
+read -r rootfs_key tarball < <(debian_rootfs "$SUITE" "$PACKAGES" jre17 'test -x "$(readlink -f /usr/bin/java)"')
+[ -n "${tarball:-}" ] || exit 1
 
 # --- 2. base image ----------------------------------------------------------------------------
 if [ "$(label_of "$BASE_IMAGE" io.coachstream.rootfs)" != "$rootfs_key" ]; then
@@ -112,7 +59,7 @@ fi
 image_key="$(
   {
     echo "$rootfs_key"
-    sha256sum scripts/build-kafka-image.sh
+    sha256sum scripts/build-kafka-image.sh scripts/images.sh
     (cd coach_stream/stack/kafka_image && sha256sum Dockerfile run server.properties log4j2.yaml tools-log4j2.yaml)
     (cd "$libs" && find . -name '*.jar' -printf '%p %s\n' | sort)
   } | sha

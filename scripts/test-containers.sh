@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make test-containers`: the Kafka integration suites against testcontainers Kafka.
+# `make test-containers`: the Kafka integration suites against testcontainers Kafka, and Nomad's
+# docker driver running the project's runtime image (`-m nomad_docker`: those alone).
 #
 # Uses the Docker engine at DOCKER_HOST when one answers; otherwise starts the project's own
 # (scripts/docker-engine.sh, installing docker.io when missing) and stops it at the end, even
@@ -37,6 +38,13 @@ if [ -z "${COACH_STREAM_KAFKA_IMAGE:-}" ]; then
   echo "test-containers: image $COACH_STREAM_KAFKA_IMAGE ready in $((SECONDS - start)) s"
 fi
 export COACH_STREAM_KAFKA_IMAGE
+# The image Nomad's docker driver runs (tests/integration/test_nomad_docker.py).
+if [ -z "${COACH_STREAM_RUNTIME_IMAGE:-}" ]; then
+  start=$SECONDS
+  COACH_STREAM_RUNTIME_IMAGE="$(scripts/build-runtime-image.sh)" || exit 1
+  echo "test-containers: image $COACH_STREAM_RUNTIME_IMAGE ready in $((SECONDS - start)) s"
+fi
+export COACH_STREAM_RUNTIME_IMAGE
 export COACH_STREAM_KAFKA=testcontainers COACH_STREAM_REQUIRE_SERVICES=1
 unset KAFKA_BOOTSTRAP_SERVERS
 

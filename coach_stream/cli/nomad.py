@@ -67,7 +67,7 @@ PythonOption = typer.Option(
     None,
     "--python",
     help="nomad: the interpreter with coach_stream, on the nodes or in the image "
-    "(default: this one).",
+    "(default: this one; with --driver docker, the image's `python`).",
 )
 DatacenterOption = typer.Option(
     [], "--datacenter", help="nomad: a datacenter to place the run in (repeatable; default all)."
@@ -262,10 +262,15 @@ class NomadTarget:
 def launch_target(plan: LaunchPlan, flags: NomadFlags) -> tuple[LaunchPlan, NomadTarget]:
     """The plan as its tasks run on Nomad (``--python``) and the orchestrator for it."""
     settings = plan.settings
-    if flags.python:
-        plan = dataclasses.replace(
-            plan, settings=dataclasses.replace(settings, python=flags.python)
+    in_container = flags.driver is Driver.docker
+    if in_container and settings.checkpoints.startswith("file://"):
+        raise ConfigError(
+            f"--driver docker runs every task in a container, which cannot see "
+            f"{settings.checkpoints}; pass --checkpoints gs://bucket/prefix."
         )
+    python = flags.python or ("python" if in_container else None)
+    if python:
+        plan = dataclasses.replace(plan, settings=dataclasses.replace(settings, python=python))
     conn = flags.access.connection()
     job = job_settings(
         flags, conn, settings.kafka_bootstrap, settings.gcs_emulator, settings.kafka_security

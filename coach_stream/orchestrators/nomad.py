@@ -270,12 +270,34 @@ class NomadOrchestrator:
             running = [a for a in live.values() if a["ClientStatus"] in ("running", "complete")]
             if len(live) >= wanted and len(running) >= wanted:
                 return
+            if len(live) < wanted:
+                self._raise_if_unplaceable(the_id)
             if time.monotonic() > deadline:
                 pending = sorted(n for n, a in live.items() if a["ClientStatus"] != "running")
                 raise OrchestratorError(
                     f"job {the_id}: {len(running)} of {wanted} allocations running after "
                     f"{timeout_s:.0f} s (waiting: {', '.join(pending) or 'placement'}); check "
                     f"`nomad job status {the_id}` (resources, drivers, constraints)."
+                )
+
+    def _raise_if_unplaceable(self, the_id: str) -> None:
+        """A group that no node of the cluster can run (every node filtered out by a
+        constraint: a driver or device it lacks) will not be placed by waiting."""
+        evaluations: list[dict[str, Any]] = self._call(
+            f"read the evaluations of {the_id}", lambda: self.api.job.get_evaluations(the_id)
+        )
+        # The newest evaluation that failed to place (the blocked one it spawned has no metrics).
+        failed = [e for e in evaluations if e.get("FailedTGAllocs")]
+        latest = max(failed, key=lambda e: int(e.get("CreateIndex") or 0), default={})
+        for group, metric in sorted((latest.get("FailedTGAllocs") or {}).items()):
+            filtered = metric.get("ConstraintFiltered") or {}
+            evaluated = int(metric.get("NodesEvaluated") or 0)
+            if filtered and evaluated and int(metric.get("NodesFiltered") or 0) >= evaluated:
+                why = ", ".join(f"{reason} on {n}" for reason, n in sorted(filtered.items()))
+                raise OrchestratorError(
+                    f"Nomad cannot place group {group} of job {the_id}: every node was filtered "
+                    f"out ({why}); give the cluster a node with the task's driver and devices "
+                    "(`nomad node status -verbose`) or choose another --driver."
                 )
 
     def wait_ended(self, run_id: str, timeout_s: float) -> bool:

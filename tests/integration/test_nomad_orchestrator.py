@@ -5,7 +5,9 @@ training run end to end is in test_nomad_e2e.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -166,11 +168,26 @@ def test_logs_follow_streams_a_task_until_its_allocation_ends(nomad_double: Noma
 def test_a_task_that_cannot_start_fails_submit_and_leaves_no_job(
     nomad_double: NomadDouble,
 ) -> None:
-    orch = orchestrator(nomad_double, driver="docker", image="coach-stream:dev")
-    with pytest.raises(OrchestratorError, match="failed to start on Nomad"):
-        orch.submit(fake_spec("nodocker"))
-    assert job_id("nodocker") not in nomad_double.jobs
+    spec = fake_spec("nostart")
+    missing = dataclasses.replace(spec.tasks[0], argv=("/nonexistent/python", "-c", "pass"))
+    spec = dataclasses.replace(spec, tasks=(missing, *spec.tasks[1:]))
+    with pytest.raises(OrchestratorError, match=r"failed to start on Nomad \(Driver Failure"):
+        orchestrator(nomad_double).submit(spec)
+    assert job_id("nostart") not in nomad_double.jobs
     assert not nomad_double.pids()
+
+
+def test_a_driver_no_node_has_fails_submit_at_once_and_leaves_no_job(
+    nomad_double: NomadDouble,
+) -> None:
+    """The double's node has no docker driver: Nomad places nothing, and waiting would not
+    change that, so submit says why without waiting out its start timeout."""
+    orch = orchestrator(nomad_double, driver="docker", image="coach-stream:dev")
+    started = time.monotonic()
+    with pytest.raises(OrchestratorError, match=r"cannot place group \w+ .*missing drivers"):
+        orch.submit(fake_spec("nodocker"))
+    assert time.monotonic() - started < orch.start_timeout_s / 2
+    assert job_id("nodocker") not in nomad_double.jobs
 
 
 @pytest.mark.parametrize(

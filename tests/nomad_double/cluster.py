@@ -101,6 +101,7 @@ class Cluster:
         node_devices: Mapping[str, int],
         host_env: Mapping[str, str],
         acl_enabled: bool,
+        docker_host: str | None = None,
     ) -> None:
         self.root = root
         self.region = region
@@ -108,6 +109,9 @@ class Cluster:
         self.acl_enabled = acl_enabled
         self.node_devices = dict(node_devices)
         self.host_env = dict(host_env)
+        self.docker_host = docker_host
+        # The node's drivers: raw_exec always; docker when it has an engine to run it on.
+        self.drivers = {"raw_exec"} | ({"docker"} if docker_host else set())
         self.node_id = new_id()
         self.node_name = "nomad-double"
         self.node: dict[str, str] = {
@@ -119,7 +123,7 @@ class Cluster:
             "node.pool": "default",
             "attr.kernel.name": "linux",
             "attr.unique.hostname": self.node_name,
-            "attr.driver.raw_exec": "1",
+            **{f"attr.driver.{name}": "1" for name in sorted(self.drivers)},
             **{f"meta.{k}": v for k, v in node_meta.items()},
             **{f"node.meta.{k}": v for k, v in node_meta.items()},
         }
@@ -269,7 +273,9 @@ class Cluster:
             missing = max(0, count - len(used))
             record.queued.pop(name, None)
             failure = (
-                infeasible(job, group, self.datacenter, self.node_devices) if missing else None
+                infeasible(job, group, self.datacenter, self.node_devices, self.drivers)
+                if missing
+                else None
             )
             if failure is not None:
                 self._placement_failed(record, eval_id, name, missing, failure)
@@ -356,6 +362,7 @@ class Cluster:
             wait_for_change=self._wait_for_change,
             changed=changed,
             sibling_failed=sibling_failed,
+            docker_host=self.docker_host,
         )
 
     def _task_variable(
@@ -508,12 +515,11 @@ class Cluster:
         for runner in runners:
             if runner.thread is not None:
                 runner.thread.join(max(0.0, deadline - time.monotonic()))
-        alive = [
-            r.process.pid for r in runners if r.process is not None and r.process.poll() is None
-        ]
-        for pid in alive:
-            TaskRunner._kill_group(pid)
-        return alive
+        alive = [r for r in runners if r.process is not None and r.process.poll() is None]
+        for runner in alive:
+            assert runner.process is not None
+            runner.driver.cleanup(runner.process)
+        return [r.process.pid for r in alive if r.process is not None]
 
     def remove_files(self) -> None:
         shutil.rmtree(self.root / "allocs", ignore_errors=True)

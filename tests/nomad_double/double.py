@@ -6,6 +6,7 @@ import atexit
 import contextlib
 import json
 import os
+import subprocess
 import tempfile
 import threading
 import time
@@ -17,6 +18,7 @@ from typing import Any
 
 from .cluster import Allocation, Cluster, JobRecord, VariableRecord
 from .contract import Contract, load_contract
+from .drivers import CONTAINER_LABEL, docker_binary
 from .executor import HOST_ENV_KEYS
 from .jobs import validate_job
 from .server import Fault, RecordedRequest, Violation, serve
@@ -49,6 +51,8 @@ class NomadDouble:
     ``host_env``: the host variables tasks inherit (default: PATH, HOME, locale, TMPDIR).
     ``node_devices``: the node's devices by ID and count, e.g. ``{"nvidia/gpu/H100": 1}``
     (default none: a job asking for a GPU stays unplaced, as on a cluster without one).
+    ``docker_host``: a Docker engine (``unix://...``) for the node's ``docker`` driver (default
+    none: the node has raw_exec only, and a docker task is not placed, as on a node without it).
     ``invalid_job_status``: the status of a register whose job fails Nomad's validation; real
     Nomad answers 500 (an uncoded RPC error), 400 is there for a test that wants it.
     """
@@ -67,6 +71,7 @@ class NomadDouble:
         host_env: Mapping[str, str] | None = None,
         unknown_keys: str = "reject",
         invalid_job_status: int = 500,
+        docker_host: str | None = None,
     ) -> None:
         if unknown_keys not in ("reject", "record"):
             raise ValueError("unknown_keys must be 'reject' or 'record'")
@@ -88,6 +93,7 @@ class NomadDouble:
             node_devices=node_devices or {},
             host_env=host_env,
             acl_enabled=token is not None,
+            docker_host=docker_host,
         )
         self.faults: list[Fault] = []
         self.violations: list[Violation] = []
@@ -143,6 +149,18 @@ class NomadDouble:
             if alloc.group == group and alloc.index == index and alloc.desired_status == "run":
                 return alloc
         raise KeyError(f"no live allocation {job_id}.{group}[{index}]")
+
+    def containers(self) -> list[str]:
+        """Names of the containers the node's docker driver has on its engine (any state)."""
+        if self.cluster.docker_host is None:
+            return []
+        answer = subprocess.run(
+            [docker_binary(), "ps", "-a", "--format", "{{.Names}}",
+             "--filter", f"label={CONTAINER_LABEL}=nomad-double"],
+            env={**os.environ, "DOCKER_HOST": self.cluster.docker_host},
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        return answer.stdout.split()
 
     def pids(self) -> list[int]:
         """Main pids of every task process still running."""

@@ -11,10 +11,8 @@ task states exactly as Nomad's alloc runner does.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
-import shutil
 import signal
 import subprocess
 import threading
@@ -26,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .drivers import Docker, DriverFailure, RawExec, TaskDriver
 from .jobs import go_duration
 from .templates import (
     MissingVariableError,
@@ -110,6 +109,7 @@ class TaskContext:
     wait_for_change: Callable[[float], None]
     changed: Callable[[], None]
     sibling_failed: Callable[[str], None]
+    docker_host: str | None = None
 
 
 @dataclass
@@ -123,6 +123,7 @@ class TaskRunner:
     # What each template rendered at the last start, with the env it was rendered in.
     _rendered: list[tuple[dict[str, Any], str, dict[str, str]]] = field(default_factory=list)
     _variables_seen: int = -1
+    driver: TaskDriver = field(default_factory=RawExec)
 
     @property
     def name(self) -> str:
@@ -185,11 +186,16 @@ class TaskRunner:
 
     def sigkill(self) -> int:
         """``kill -9`` of the task's main process, as an operator (or the OOM killer) would."""
+        pid = self.main_pid()
+        os.kill(pid, signal.SIGKILL)
+        return pid
+
+    def main_pid(self) -> int:
+        """The host pid of the task's main process (in a container: the container's init)."""
         process = self.process
         if process is None or process.poll() is not None:
             raise RuntimeError(f"task {self.name} has no running process")
-        os.kill(process.pid, signal.SIGKILL)
-        return process.pid
+        return self.driver.main_pid(process)
 
     # -- the runner ----------------------------------------------------------------------
 
@@ -204,8 +210,10 @@ class TaskRunner:
             self.log_path(kind).touch()
         self.event("Task Setup", "Building Task Directory")
         driver = task["Driver"]
-        if driver != "raw_exec":
-            message = f'driver "{driver}" is not available on this double (only raw_exec runs)'
+        if driver == "docker" and self.ctx.docker_host:
+            self.driver = Docker(self.ctx.docker_host, task, self.ctx.alloc_id)
+        elif driver != "raw_exec":  # the scheduler places no task on a node without its driver
+            message = f'driver "{driver}" is not available on this node'
             self.event("Driver Failure", message, DriverError=message, FailsTask=True)
             self._fail()
             return
@@ -227,14 +235,13 @@ class TaskRunner:
                 return
             try:
                 self._launch(task_dir, env)
-            except OSError as error:
-                message = f"failed to launch command with executor: {error}"
-                self.event("Driver Failure", message, DriverError=message, FailsTask=True)
+            except DriverFailure as error:
+                self.event("Driver Failure", str(error), DriverError=str(error), FailsTask=True)
                 self._fail()
                 return
             self.set_state("running")
             self.event("Started", "Task started by client")
-            code, sig = self._wait()
+            code, sig, oom = self._wait()
             if code is None:
                 self._finish_killed()
                 return
@@ -246,11 +253,15 @@ class TaskRunner:
                 self.event("Restarting", "Task restarting in 0s", StartDelay=0)
                 self.set_state("pending")
                 continue
+            # Nomad's TaskTerminated display: an OOM kill is the exit's message.
             self.event(
                 "Terminated",
-                f"Exit Code: {code}" + (f", Signal: {sig}" if sig else ""),
+                f"Exit Code: {code}"
+                + (f", Signal: {sig}" if sig else "")
+                + (', Exit Message: "OOM Killed"' if oom else ""),
                 ExitCode=code,
                 Signal=sig,
+                **({"Message": "OOM Killed", "Details": {"oom_killed": "true"}} if oom else {}),
             )
             decision, delay, reason = tracker.next(code == 0 and sig == 0)
             if decision == RestartTracker.TERMINATED:
@@ -287,7 +298,7 @@ class TaskRunner:
     def _environment(self, task_dir: Path) -> dict[str, str] | None:
         job, group, task = self.ctx.job, self.ctx.group, self.ctx.task
         alloc_id = self.ctx.alloc_id
-        env = dict(self.ctx.host_env)
+        env = self.driver.base_env(self.ctx.host_env)
         meta = {**(job.get("Meta") or {}), **(group.get("Meta") or {}), **(task.get("Meta") or {})}
         for key, value in meta.items():
             env[f"NOMAD_META_{key}"] = value
@@ -303,9 +314,7 @@ class TaskRunner:
                 "NOMAD_JOB_PARENT_ID": job.get("ParentID") or "",
                 "NOMAD_GROUP_NAME": group["Name"],
                 "NOMAD_TASK_NAME": task["Name"],
-                "NOMAD_TASK_DIR": str(task_dir / "local"),
-                "NOMAD_SECRETS_DIR": str(task_dir / "secrets"),
-                "NOMAD_ALLOC_DIR": str(self.ctx.alloc_dir / "alloc"),
+                **self.driver.task_paths(task_dir, self.ctx.alloc_dir),
                 "NOMAD_NAMESPACE": job["Namespace"],
                 "NOMAD_REGION": job["Region"],
                 "NOMAD_DC": self.ctx.node["node.datacenter"],
@@ -356,32 +365,21 @@ class TaskRunner:
 
     def _launch(self, task_dir: Path, env: Mapping[str, str]) -> None:
         config = self.ctx.task.get("Config") or {}
-        command = interpolate(str(config["command"]), env, self.ctx.node)
-        args = [interpolate(str(a), env, self.ctx.node) for a in config.get("args") or []]
-        if not os.path.isabs(command):
-            local = task_dir / command
-            found = str(local) if local.exists() else shutil.which(command, path=env.get("PATH"))
-            if found is None:
-                raise FileNotFoundError(f'exec: "{command}": executable file not found in $PATH')
-            command = found
+        argv = [
+            interpolate(str(arg), env, self.ctx.node)
+            for arg in [config["command"], *(config.get("args") or [])]
+        ]
         stdout = self.log_path("stdout").open("ab")
         stderr = self.log_path("stderr").open("ab")
         try:
-            self.process = subprocess.Popen(
-                [command, *args],
-                cwd=task_dir,
-                env=dict(env),
-                stdin=subprocess.DEVNULL,
-                stdout=stdout,
-                stderr=stderr,
-                start_new_session=True,  # own process group, like Nomad's executor (setsid)
-            )
+            self.process = self.driver.launch(argv, task_dir, env, stdout, stderr)
         finally:
             stdout.close()
             stderr.close()
 
-    def _wait(self) -> tuple[int | None, int]:
-        """(exit code, signal) of the process; (None, 0) when it was killed on request."""
+    def _wait(self) -> tuple[int | None, int, bool]:
+        """(exit code, signal, OOM killed) of the task; (None, 0, False) when it was killed on
+        request."""
         process = self.process
         assert process is not None
         while True:
@@ -391,13 +389,10 @@ class TaskRunner:
             except subprocess.TimeoutExpired:
                 if self._stop.is_set():
                     self._shutdown(process)
-                    return None, 0
+                    return None, 0, False
                 if self._rendered and self._rerender(process):
-                    return _TEMPLATE_RESTART, 0
-        self._kill_group(process.pid)
-        if code < 0:  # killed by a signal: Nomad's executor reports 128 + signal
-            return 128 - code, -code
-        return code, 0
+                    return _TEMPLATE_RESTART, 0, False
+        return self.driver.finished(process, code)
 
     def _rerender(self, process: subprocess.Popen[bytes]) -> bool:
         """A variable changed: re-render the templates and apply their ``ChangeMode``
@@ -428,8 +423,7 @@ class TaskRunner:
             if tmpl.get("ChangeMode") == "signal":
                 name = tmpl["ChangeSignal"]  # required with mode signal (jobs.validate_job)
                 self.event("Signaling", "Template re-rendered", TaskSignal=name)
-                with contextlib.suppress(ProcessLookupError):
-                    process.send_signal(getattr(signal, name, signal.SIGHUP))
+                self.driver.send_signal(process, getattr(signal, name, signal.SIGHUP))
         return False
 
     def _shutdown(self, process: subprocess.Popen[bytes], *, announce: bool = True) -> None:
@@ -447,38 +441,7 @@ class TaskRunner:
                 " before force killing",
                 KillTimeout=task["KillTimeout"],
             )
-        try:
-            process.send_signal(sig)
-            process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            pass
-        except ProcessLookupError:
-            pass
-        self._kill_group(process.pid)
-        process.wait()
-
-    @staticmethod
-    def _kill_group(pgid: int) -> None:
-        """SIGKILL what is left in the task's group (Nomad's executor cleans up the same way)
-        and return once it is gone, so a terminal task really has no process left."""
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
-        deadline = time.monotonic() + 2.0
-        while group_members(pgid) and time.monotonic() < deadline:
-            time.sleep(0.005)  # SIGKILL is delivered asynchronously; this is a bounded wait
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (not zombie) processes of a process group, from /proc."""
-    members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            members.append(int(stat.parent.name))
-    return members
+        self.driver.stop(process, sig, timeout)
 
 
 def client_status(states: list[Mapping[str, Any]]) -> tuple[str, str]:

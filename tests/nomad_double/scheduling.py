@@ -8,20 +8,31 @@ Feasibility (datacenters and devices), rescheduling of failed allocations (Nomad
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 
 def infeasible(
-    job: Mapping[str, Any], group: Mapping[str, Any], datacenter: str, devices: Mapping[str, int]
+    job: Mapping[str, Any],
+    group: Mapping[str, Any],
+    datacenter: str,
+    devices: Mapping[str, int],
+    drivers: Collection[str] = ("raw_exec",),
 ) -> dict[str, Any] | None:
     """The AllocationMetric of a failed placement on the node, or None when it fits.
 
-    Nomad's feasibility checks the one node can fail: the job's datacenters and the
-    tasks' devices.
+    Nomad's feasibility checks the one node can fail: the job's datacenters, the tasks'
+    drivers and the tasks' devices.
     """
     if not any(fnmatch.fnmatchcase(datacenter, dc) for dc in job["Datacenters"]):
         return {"NodesEvaluated": 0, "NodesFiltered": 0, "NodesAvailable": {}}
+    if any(task["Driver"] not in drivers for task in group["Tasks"]):
+        return {
+            "NodesEvaluated": 1,
+            "NodesFiltered": 1,
+            "NodesAvailable": {datacenter: 1},
+            "ConstraintFiltered": {"missing drivers": 1},
+        }
     for task in group["Tasks"]:
         for device in (task.get("Resources") or {}).get("Devices") or []:
             if not has_device(devices, device["Name"], int(device.get("Count", 1))):

@@ -263,19 +263,14 @@ def test_validate_endpoint_lists_errors_without_registering(nomad_double: NomadD
     assert nomad_double.jobs == {}
 
 
-def test_docker_driver_is_accepted_but_its_allocation_fails_clearly(
-    nomad_double: NomadDouble,
-) -> None:
+def test_a_driver_the_node_lacks_is_not_placed(nomad_double: NomadDouble) -> None:
+    """As on a cluster without the driver: the job registers, nothing is placed, and the
+    evaluation says why (the node has raw_exec only unless the double has a Docker engine)."""
     docker = {"Name": "t", "Driver": "docker", "Config": {"image": "coach-stream:latest"}}
-    client(nomad_double).job.register_job("dk", job("dk", group("g", 1, docker)))
-    alloc = nomad_double.job_allocations("dk")[0]
-    nomad_double.wait_until(alloc.terminal, what="failed")
-    event = alloc.tasks["t"].state["Events"][-1]
-    assert alloc.client_status()[0] == "failed"
-    assert (
-        event["Type"] == "Driver Failure"
-        and "not available on this double" in event["DisplayMessage"]
-    )
+    registered = client(nomad_double).job.register_job("dk", job("dk", group("g", 1, docker)))
+    assert nomad_double.job_allocations("dk") == []
+    evaluation = client(nomad_double).evaluation.get_evaluation(registered["EvalID"])
+    assert evaluation["FailedTGAllocs"]["g"]["ConstraintFiltered"] == {"missing drivers": 1}
 
 
 @pytest.mark.parametrize(
