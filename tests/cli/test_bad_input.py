@@ -73,8 +73,17 @@ def test_usage_errors_are_one_line_with_a_help_hint(
         # root passes os.access on /proc, yet nothing can be created there: the run had
         # started, then the launcher died with a traceback when it made the scalars' dir
         (["cartpole-ppo", "--tensorboard", "/proc/coach-stream-tb"], "--tensorboard /proc/"),
+        # Nomad's docker driver: a container cannot see the launching machine's files
+        (["cartpole-ppo", "--orchestrator", "nomad", "--nomad-addr", "http://127.0.0.1:1",
+          "--driver", "docker", "--image", "coach-stream/runtime:0.1.0"],
+         "--driver docker runs every task in a container"),
+        (["cartpole-ppo", "--orchestrator", "nomad", "--nomad-addr", "http://127.0.0.1:1",
+          "--image", "coach-stream/runtime:0.1.0", "--checkpoints", "gs://b/p"],
+         "--image is for --driver docker"),
+        (["cartpole-ppo", "--orchestrator", "nomad", "--nomad-addr", "http://127.0.0.1:1",
+          "--driver", "docker", "--checkpoints", "gs://b/p"], "--driver docker needs --image"),
     ],
-)
+)  # fmt: skip
 def test_bad_launch_input_is_refused_before_anything_starts(
     ws: Workspace, run_id: str, args: list[str], says: str
 ) -> None:

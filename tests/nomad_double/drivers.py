@@ -201,7 +201,7 @@ class Docker:
         )  # fmt: skip
         if created.returncode != 0:
             raise DriverFailure(f"failed to create container: {created.stderr.strip()}")
-        return subprocess.Popen(
+        process = subprocess.Popen(
             [docker_binary(), "start", "--attach", self.container],
             env=self._cli_env({}),
             stdin=subprocess.DEVNULL,
@@ -209,6 +209,18 @@ class Docker:
             stderr=stderr,
             start_new_session=True,
         )
+        self._wait_started(process)
+        return process
+
+    def _wait_started(self, process: subprocess.Popen[bytes]) -> None:
+        """Until the engine has started the container (Nomad's "Started" comes after the
+        driver's StartTask), or the attached client has exited."""
+        deadline = time.monotonic() + 120.0
+        while process.poll() is None and time.monotonic() < deadline:
+            state = self._cli("inspect", "--format", "{{.State.Status}}", self.container)
+            if state.stdout.strip() not in ("", "created"):
+                return
+            time.sleep(0.05)  # polling the engine's state; bounded by the deadline
 
     def send_signal(self, process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
         self._cli("kill", "--signal", sig.name, self.container)
