@@ -31,7 +31,14 @@ from nomad_double import NomadDouble
 from nomad_double.drivers import docker_binary
 from nomad_double.fixtures import MakeDouble
 from nomad_double.jobspecs import client
-from test_nomad_e2e import RUN_TIMEOUT_S, cli, cli_env, telemetry_until, worker_experience
+from test_nomad_e2e import (
+    RUN_TIMEOUT_S,
+    cli,
+    cli_env,
+    finished_reason,
+    telemetry_until,
+    worker_experience,
+)
 
 from coach_stream.orchestrators.nomad_job import job_id
 
@@ -312,11 +319,7 @@ def test_cartpole_trains_to_solved_in_containers(
         assert len(double.containers()) == 4
 
         os.kill(evaluator, signal.SIGCONT)
-        finished = telemetry_until(
-            kafka_bootstrap, run_id, lambda t, e: t == "trainer" and e["event"] == "finished",
-            RUN_TIMEOUT_S,
-        )  # fmt: skip
-        assert finished["reason"] == "target_reached"
+        assert finished_reason(kafka_bootstrap, run_id) == "target_reached"
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(evaluator, signal.SIGCONT)
@@ -328,18 +331,24 @@ def test_cartpole_trains_to_solved_in_containers(
 
 
 @pytest.mark.parametrize(
-    ("extra", "expected"),
+    ("node", "extra", "expected"),
     [
-        (["--driver", "docker", "--image", "coach-stream/no-such-image:0"],
+        ("docker", ["--driver", "docker", "--image", "coach-stream/no-such-image:0"],
          "Failed to pull `coach-stream/no-such-image:0`"),
-        (["--image", "coach-stream/runtime:0.1.0"], "--image is for --driver docker"),
+        ("docker", ["--image", "coach-stream/runtime:0.1.0"], "--image is for --driver docker"),
+        # the plain double has no docker driver: nothing is placed, and the launch says why
+        ("raw_exec only", ["--driver", "docker", "--image", "coach-stream/runtime:0.1.0"],
+         "missing drivers"),
     ],
 )  # fmt: skip
 def test_bad_docker_launches_end_in_one_line_and_leave_no_job(
-    docker_double: NomadDouble, kafka_bootstrap: str, gcs_endpoint: str, gcs_bucket: str,
-    tmp_path: Path, extra: list[str], expected: str,
+    request: pytest.FixtureRequest, kafka_bootstrap: str, gcs_endpoint: str, gcs_bucket: str,
+    tmp_path: Path, node: str, extra: list[str], expected: str,
 ) -> None:  # fmt: skip
-    env = cli_env(docker_double.address, docker_double.token, kafka_bootstrap, gcs_endpoint)
+    double: NomadDouble = request.getfixturevalue(
+        "docker_double" if node == "docker" else "nomad_double"
+    )
+    env = cli_env(double.address, double.token, kafka_bootstrap, gcs_endpoint)
     run_id = f"nomad-bad-{uuid.uuid4().hex[:8]}"
     done = cli(
         env, "launch", "cartpole-ppo", "--orchestrator", "nomad", *extra, "--run-id", run_id,
@@ -349,23 +358,5 @@ def test_bad_docker_launches_end_in_one_line_and_leave_no_job(
     lines = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and expected in lines[0], done.stderr[-2000:]
     assert "Traceback" not in done.stderr
-    assert job_id(run_id) not in docker_double.jobs
-    assert docker_double.containers() == []
-
-
-def test_a_driver_the_cluster_lacks_ends_in_one_line(
-    nomad_double: NomadDouble, kafka_bootstrap: str, gcs_endpoint: str, gcs_bucket: str,
-    tmp_path: Path,
-) -> None:  # fmt: skip
-    """The plain double has no docker driver: nothing is placed, and the launch says why."""
-    env = cli_env(nomad_double.address, nomad_double.token, kafka_bootstrap, gcs_endpoint)
-    run_id = f"nomad-nodriver-{uuid.uuid4().hex[:8]}"
-    done = cli(
-        env, "launch", "cartpole-ppo", "--orchestrator", "nomad", "--driver", "docker",
-        "--image", "coach-stream/runtime:0.1.0", "--run-id", run_id,
-        "--checkpoints", f"gs://{gcs_bucket}", "--state-dir", str(tmp_path), timeout=300,
-    )  # fmt: skip
-    assert done.returncode != 0
-    lines = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1 and "missing drivers" in lines[0], done.stderr[-2000:]
-    assert job_id(run_id) not in nomad_double.jobs
+    assert job_id(run_id) not in double.jobs
+    assert double.containers() == []

@@ -70,6 +70,14 @@ def telemetry_until(
     pytest.fail(f"no such telemetry event of run {run_id} within {timeout:.0f} s")
 
 
+def finished_reason(kafka: str, run_id: str) -> str:
+    """Why the run's trainer finished, from its ``finished`` telemetry event."""
+    finished = telemetry_until(
+        kafka, run_id, lambda t, e: t == "trainer" and e["event"] == "finished", RUN_TIMEOUT_S
+    )
+    return str(finished["reason"])
+
+
 def worker_experience(kafka: str, run_id: str, worker: int, timeout: float) -> bytes:
     """The key of the first experience chunk written by ``worker`` (fails on timeout)."""
     settings = KafkaSettings(bootstrap_servers=kafka)
@@ -179,11 +187,7 @@ def test_status_logs_kill9_scale_and_stop_purge_while_it_trains(
         # ...and, the trainer and the evaluator let go, the run still solves.
         os.killpg(trainer.pid, signal.SIGCONT)
         os.killpg(evaluator.pid, signal.SIGCONT)
-        finished = telemetry_until(
-            kafka_bootstrap, run_id, lambda t, e: t == "trainer" and e["event"] == "finished",
-            RUN_TIMEOUT_S,
-        )  # fmt: skip
-        assert finished["reason"] == "target_reached"
+        assert finished_reason(kafka_bootstrap, run_id) == "target_reached"
     finally:
         for held in (trainer, evaluator):
             if held is not None:
