@@ -261,10 +261,16 @@ class NomadOrchestrator:
             failed = [a for a in live.values() if a["ClientStatus"] in ("failed", "lost")]
             if failed:
                 alloc = failed[0]
+                why = _why(alloc)
+                hint = (
+                    "check --image and that the nodes can pull it (docs/nomad.md, Containers)"
+                    if "Failed to pull" in why
+                    else f"read `coach-stream logs {run_id} --orchestrator nomad "
+                    f"--task {_name_of(alloc)}`"
+                )
                 raise OrchestratorError(
                     f"task {_name_of(alloc)} of job {the_id} failed to start on Nomad "
-                    f"({_why(alloc)}); read `coach-stream logs {run_id} --orchestrator nomad "
-                    f"--task {_name_of(alloc)}`."
+                    f"({why}); {hint}."
                 )
             # A task may already have finished (complete) by the time it is seen: started.
             running = [a for a in live.values() if a["ClientStatus"] in ("running", "complete")]
