@@ -500,7 +500,7 @@ class Cluster:
 
     # -- shutdown -------------------------------------------------------------------------
 
-    def stop_everything(self, timeout: float = 15.0) -> list[int]:
+    def stop_everything(self, timeout: float = 900.0) -> list[int]:
         """Kill every process the double started; returns pids that were still alive."""
         with self.lock:
             self.closed = True

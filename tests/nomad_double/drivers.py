@@ -129,7 +129,9 @@ class Docker:
         self.container = f"{task['Name']}-{alloc_id}"
         self.alloc_id = alloc_id
 
-    def _cli(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    def _cli(self, *args: str, timeout: float = 900.0) -> subprocess.CompletedProcess[str]:
+        # Generous: on vfs, removing a container deletes a whole copy of its image (a minute
+        # for two of the 5.7 GB runtime image on a loaded 2-core machine).
         return subprocess.run(
             [docker_binary(), *args],
             env=self._cli_env({}),
@@ -196,7 +198,7 @@ class Docker:
             env=self._cli_env(env),
             capture_output=True,
             text=True,
-            timeout=600,  # vfs copies the whole image for each container
+            timeout=1800,  # vfs copies the whole image for each container
             check=False,
         )  # fmt: skip
         if created.returncode != 0:

@@ -200,6 +200,16 @@ class TaskRunner:
     # -- the runner ----------------------------------------------------------------------
 
     def _run(self) -> None:
+        # A runner that raised would leave its task "running" forever with no process: the
+        # double reports it as Nomad reports a driver that failed, and the task fails.
+        try:
+            self._run_task()
+        except Exception as error:
+            message = f"nomad double: task runner failed: {type(error).__name__}: {error}"
+            self.event("Driver Failure", message, DriverError=message, FailsTask=True)
+            self._fail()
+
+    def _run_task(self) -> None:
         task, job = self.ctx.task, self.ctx.job
         self.event("Received", "Task received by client")
         task_dir = self.ctx.alloc_dir / self.name
