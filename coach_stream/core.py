@@ -401,3 +401,21 @@ class Learner(Protocol):
         """Everything needed for an exact resume: networks, optimizer, counters."""
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+
+class Collective(Protocol):
+    """What data-parallel trainer ranks agree on (``trainer/collective.py``): ``Solo`` for
+    one trainer, ``TorchCollective`` (gloo, NCCL) for K. Every rank calls each method in the
+    same order: they are collectives, a rank that skips one leaves the others waiting."""
+
+    rank: int
+    world: int
+
+    def sum(self, values: torch.Tensor) -> torch.Tensor:
+        """The element-wise sum of every rank's ``values`` (a float64 or float32 tensor)."""
+
+    def broadcast_object(self, value: Any) -> Any:
+        """Rank 0's ``value``, on every rank."""
+
+    def gather_objects(self, value: Any) -> list[Any]:
+        """Every rank's ``value``, in rank order, on every rank."""

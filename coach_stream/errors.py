@@ -73,3 +73,8 @@ class ResumeError(CoachStreamError):
 
 class AuthenticationError(ConfigError):
     """A service refused this process's credentials or certificate: no retry can fix that."""
+
+
+class RankLostError(ServiceUnavailableError):
+    """A data-parallel trainer rank stopped answering (died, or its host went away): every
+    rank exits and the group restarts from the newest trainer state."""

@@ -27,6 +27,7 @@ truncated, so the correction V-trace made is visible.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,8 +37,14 @@ from pydantic import Field
 from torch import nn, optim
 
 from coach_stream.config import FrozenModel
-from coach_stream.core import ExperienceChunk, Ingested
+from coach_stream.core import Collective, ExperienceChunk, Ingested
 from coach_stream.policies.networks import ActorCritic, GaussianActorCritic
+from coach_stream.trainer.collective import (
+    SOLO,
+    average_gradients,
+    global_moments,
+    total_count,
+)
 from coach_stream.trainer.device import CPU, to_device
 from coach_stream.trainer.state import ActorCriticState
 from coach_stream.trainer.steps import StepBatch
@@ -155,8 +162,11 @@ class IMPALA(ActorCriticState):
         generator: torch.Generator,
         device: torch.device = CPU,
         anneal_steps: int = 1,
+        collective: Collective = SOLO,
     ) -> None:
         self.net, self.config, self.generator = net.to(device), config, generator
+        self.collective = collective
+        self._pending_total = 0  # pending steps over every rank, as the last ready() saw
         self.device, self.anneal_steps = device, anneal_steps
         self.optimizer = optim.Adam(net.parameters(), lr=config.learning_rate, eps=1e-5)
         self._pending: list[ExperienceChunk] = []
@@ -185,17 +195,26 @@ class IMPALA(ActorCriticState):
         return not self.ready()
 
     def ready(self) -> bool:
-        return self._pending_steps >= self.config.batch_steps
+        """``batch_steps`` are pending, counted over every trainer rank's share."""
+        self._pending_total = total_count(self.collective, self._pending_steps)
+        return self._pending_total >= self.config.batch_steps
 
     def _take_batch(self) -> list[ExperienceChunk]:
         """The oldest pending chunks, whole, up to ``batch_steps`` steps (at least one).
 
         A trainer that fell behind learns the backlog one batch per gradient step, oldest
         first, as IMPALA's learner queue does, instead of one large step over all of it.
+        With K ranks each takes its part of ``batch_steps`` in proportion to its backlog, so
+        a rank fed by more workers drains as fast as it fills.
         """
+        quota = self.config.batch_steps
+        if self.collective.world > 1:
+            if not self._pending_steps:
+                return []
+            quota = math.ceil(quota * self._pending_steps / max(self._pending_total, 1))
         taken = steps = 0
         for chunk in self._pending:
-            if taken and steps + chunk.num_steps > self.config.batch_steps:
+            if taken and steps + chunk.num_steps > quota:
                 break
             taken += 1
             steps += chunk.num_steps
@@ -212,6 +231,29 @@ class IMPALA(ActorCriticState):
 
     def learn(self, env_steps: int) -> tuple[dict[str, float], bool]:
         pending = self._take_batch()
+        c = self.config
+        lr = self.learning_rate(env_steps)
+        self.optimizer.param_groups[0]["lr"] = lr
+        self.optimizer.zero_grad()
+        metrics: dict[str, float] = {"learning_rate": lr}
+        if pending:
+            metrics |= self._loss_backward(pending)
+        elif self.collective.world > 1:  # nothing pending here: still in every collective
+            if c.norm_adv:
+                global_moments(self.collective, torch.zeros(0))
+            metrics["batch_steps"] = 0.0
+        rows = int(metrics.get("batch_steps", 0))
+        average_gradients(self.collective, list(self.net.parameters()), float(rows))
+        nn.utils.clip_grad_norm_(self.net.parameters(), c.max_grad_norm)
+        self.optimizer.step()
+        self._updates += 1
+        publish = self._updates % c.publish_every == 0
+        if publish:
+            self._version += 1  # the version the trainer announces next
+        return metrics, publish
+
+    def _loss_backward(self, pending: list[ExperienceChunk]) -> dict[str, float]:
+        """The V-trace loss of ``pending`` (this rank's part), its gradients in ``.grad``."""
         # the lag that matters: the version learning now minus the one that acted each chunk
         lags = np.array([max(0, self._version - chunk.policy_version) for chunk in pending])
         c, dev = self.config, self.device
@@ -232,16 +274,7 @@ class IMPALA(ActorCriticState):
         v_loss = 0.5 * ((vs - values) ** 2).mean()
         entropy_loss = entropy.mean()
         loss = pg_loss + c.vf_coef * v_loss - c.ent_coef * entropy_loss
-        lr = self.learning_rate(env_steps)
-        self.optimizer.param_groups[0]["lr"] = lr
-        self.optimizer.zero_grad()
         loss.backward()  # type: ignore[no-untyped-call]
-        nn.utils.clip_grad_norm_(self.net.parameters(), c.max_grad_norm)
-        self.optimizer.step()
-        self._updates += 1
-        publish = self._updates % c.publish_every == 0
-        if publish:
-            self._version += 1  # the version the trainer announces next
         rhos = log_rhos.exp()
         metrics = {
             "loss": loss.item(),
@@ -249,11 +282,10 @@ class IMPALA(ActorCriticState):
             "value_loss": v_loss.item(),
             "entropy": entropy_loss.item(),
             "batch_steps": float(steps.size),
-            "learning_rate": lr,
             "vtrace/rho_mean": rhos.mean().item(),
             "vtrace/rho_clipped_fraction": (rhos > c.rho_bar).float().mean().item(),
         }
-        return metrics | lag_metrics(lags, steps.lengths), publish
+        return metrics | lag_metrics(lags, steps.lengths)
 
     def _targets(
         self,
@@ -279,8 +311,9 @@ class IMPALA(ActorCriticState):
                 c.c_bar,
                 c.pg_rho_bar,
             )
-            if c.norm_adv and len(pg_adv) > 1:
-                pg_adv = (pg_adv - pg_adv.mean()) / (pg_adv.std() + 1e-8)
+            if c.norm_adv and (len(pg_adv) > 1 or self.collective.world > 1):
+                mean, std = global_moments(self.collective, pg_adv)  # over every rank's rows
+                pg_adv = (pg_adv - mean) / (std + 1e-8)
         return vs.to(self.device), pg_adv.to(self.device)
 
     def _forget_unlearned(self) -> None:

@@ -31,8 +31,14 @@ from pydantic import Field
 from torch import nn, optim
 
 from coach_stream.config import FrozenModel
-from coach_stream.core import ExperienceChunk, Ingested
+from coach_stream.core import Collective, ExperienceChunk, Ingested
 from coach_stream.policies.networks import ActorCritic, GaussianActorCritic
+from coach_stream.trainer.collective import (
+    SOLO,
+    average_gradients,
+    global_moments,
+    total_count,
+)
 from coach_stream.trainer.device import CPU, to_device
 from coach_stream.trainer.state import ActorCriticState
 from coach_stream.trainer.steps import StepBatch
@@ -209,6 +215,12 @@ def build_batch(
     )
 
 
+def _empty_batch() -> PPOBatch:
+    """No rows: a rank with nothing of this version still takes part in every step."""
+    empty = torch.zeros(0)
+    return PPOBatch(empty, empty.long(), empty, empty, empty, empty)
+
+
 class _Step(NamedTuple):
     """One minibatch step's terms: losses, entropy (per sample unless in the loss), ratios."""
 
@@ -232,10 +244,11 @@ class PPO(ActorCriticState):
         anneal_steps: int,
         generator: torch.Generator,
         device: torch.device = CPU,
+        collective: Collective = SOLO,
     ) -> None:
         self.net, self.config, self.device = net.to(device), config, device
         self.steps_per_update, self.anneal_steps = steps_per_update, anneal_steps
-        self.generator = generator
+        self.generator, self.collective = generator, collective
         self.optimizer = optim.Adam(
             net.parameters(),
             lr=config.learning_rate,
@@ -268,7 +281,8 @@ class PPO(ActorCriticState):
         return not self.ready()
 
     def ready(self) -> bool:
-        return self._batch_steps >= self.steps_per_update
+        """The version's quota is gathered, counted over every trainer rank's share."""
+        return total_count(self.collective, self._batch_steps) >= self.steps_per_update
 
     # ----------------------------------------------------------------- the update
 
@@ -277,7 +291,10 @@ class PPO(ActorCriticState):
         chunks, self._batch, self._batch_steps = self._batch, [], 0
         c = self.config
         with torch.no_grad():  # the targets are fixed before the first gradient step
-            batch = build_batch(chunks, self._values_on_cpu, c.gamma, c.gae_lambda)
+            if chunks:
+                batch = build_batch(chunks, self._values_on_cpu, c.gamma, c.gae_lambda)
+            else:  # a trainer rank whose partitions brought nothing of this version
+                batch = _empty_batch()
         metrics = self._update(batch.to(self.device), self.learning_rate(env_steps))
         self._updates += 1
         return metrics, True  # on-policy: every update is a new version
@@ -297,7 +314,7 @@ class PPO(ActorCriticState):
         c = self.config
         self.optimizer.param_groups[0]["lr"] = lr
         size = batch.size
-        minibatch = min(c.minibatch_size, size)
+        slices = self._minibatch_slices(size)
         # Per-step costs add up: 40 minibatch steps per CartPole version, each ~1 ms of torch
         # work. So the parameter list is walked once, the clip fractions stay tensors (one
         # sync at the end, not one per step: on a GPU each .item() waits for the device),
@@ -308,18 +325,47 @@ class PPO(ActorCriticState):
         kl = (torch.zeros(()), torch.zeros(()))
         for _epoch in range(c.update_epochs):
             order = torch.randperm(size, generator=self.generator)
-            for start in range(0, size, minibatch):
-                step = self._minibatch_step(batch, order[start : start + minibatch])
-                with torch.no_grad():
-                    clipfracs.append(((step.ratio - 1.0).abs() > c.clip_coef).float().mean())
+            for part in slices:
+                step = self._minibatch_step(batch, order[part])
+                if len(step.ratio):
+                    with torch.no_grad():
+                        clipfracs.append(((step.ratio - 1.0).abs() > c.clip_coef).float().mean())
             with torch.no_grad():  # of the epoch's last minibatch, as CleanRL checks them
-                kl = ((-step.logratio).mean(), ((step.ratio - 1) - step.logratio).mean())
+                kl = self._kl(step)
             if c.target_kl is not None and kl[1].item() > c.target_kl:
                 break
         return self._metrics(batch, lr, step, kl, clipfracs)
 
+    def _kl(self, step: _Step) -> tuple[torch.Tensor, torch.Tensor]:
+        """The two KL estimates of a minibatch (over the union of every rank's part: ranks
+        that stopped their epochs at different points would wait on each other forever)."""
+        old_kl, kl = -step.logratio, (step.ratio - 1) - step.logratio
+        if self.collective.world == 1:
+            return old_kl.mean(), kl.mean()
+        sums = torch.tensor([float(len(kl)), old_kl.sum().item(), kl.sum().item()])
+        n, old_sum, kl_sum = self.collective.sum(sums.double()).tolist()
+        return torch.tensor(old_sum / max(n, 1.0)), torch.tensor(kl_sum / max(n, 1.0))
+
+    def _minibatch_slices(self, size: int) -> list[slice]:
+        """Each epoch's minibatches, as slices of a permutation of this rank's ``size`` rows.
+
+        One trainer: ``minibatch_size`` rows each (the last one shorter). K ranks: the number
+        of minibatches comes from the rows of every rank, so all ranks take the same number
+        of gradient steps, and each rank cuts its own rows into that many near-equal parts
+        (some empty on a rank that holds few): step i's minibatch is the union of the parts.
+        """
+        c, collective = self.config, self.collective
+        if collective.world == 1:
+            minibatch = min(c.minibatch_size, size)
+            return [slice(start, start + minibatch) for start in range(0, size, minibatch)]
+        parts = max(1, math.ceil(total_count(collective, size) / c.minibatch_size))
+        bounds = [round(i * size / parts) for i in range(parts + 1)]
+        return [slice(a, b) for a, b in pairwise(bounds)]
+
     def _minibatch_step(self, batch: PPOBatch, mb: torch.Tensor) -> _Step:
         """One gradient step on the minibatch ``mb`` (indices into ``batch``)."""
+        if self.collective.world > 1:
+            return self._shared_minibatch_step(batch, mb)
         c = self.config
         _, newlogprob, entropy, newvalue = self.net.get_action_and_value(
             batch.observations[mb], batch.actions[mb]
@@ -349,6 +395,50 @@ class PPO(ActorCriticState):
         self.optimizer.step()
         return _Step(pg_loss, v_loss, entropy, logratio, ratio)
 
+    def _shared_minibatch_step(self, batch: PPOBatch, mb: torch.Tensor) -> _Step:
+        """``_minibatch_step`` on K ranks: the loss of the union of every rank's part.
+
+        The advantages are standardised by the union's moments and the gradients averaged
+        weighted by each part's rows, so the step is the one a single trainer holding the
+        union would take. A rank whose part is empty still joins both collectives.
+        """
+        c, n = self.config, len(mb)
+        mb_adv = batch.advantages[mb]
+        if c.norm_adv:
+            mean, std = global_moments(self.collective, mb_adv)
+            mb_adv = (mb_adv - mean) / (std + 1e-8)
+        self.optimizer.zero_grad()
+        if n == 0:
+            empty = torch.zeros(0)
+            step = _Step(torch.zeros(()), torch.zeros(()), torch.zeros(()), empty, empty)
+        else:
+            step = self._loss_backward(batch, mb, mb_adv)
+        average_gradients(self.collective, self._params, float(n))
+        nn.utils.clip_grad_norm_(self._params, c.max_grad_norm)
+        self.optimizer.step()
+        return step
+
+    def _loss_backward(self, batch: PPOBatch, mb: torch.Tensor, mb_adv: torch.Tensor) -> _Step:
+        """The clipped objective of one rank's part, its gradients left in ``.grad``."""
+        c = self.config
+        _, newlogprob, entropy, newvalue = self.net.get_action_and_value(
+            batch.observations[mb], batch.actions[mb]
+        )
+        logratio = newlogprob - batch.log_probs[mb]
+        ratio = logratio.exp()
+        clipped_ratio = torch.clamp(ratio, 1 - c.clip_coef, 1 + c.clip_coef)
+        pg_loss = torch.max(-mb_adv * ratio, -mb_adv * clipped_ratio).mean()
+        mb_returns, mb_values = batch.returns[mb], batch.values[mb]
+        v_loss_per = (newvalue - mb_returns) ** 2
+        if c.clip_vloss:
+            v_clipped = mb_values + torch.clamp(newvalue - mb_values, -c.clip_coef, c.clip_coef)
+            v_loss_per = torch.max(v_loss_per, (v_clipped - mb_returns) ** 2)
+        v_loss = 0.5 * v_loss_per.mean()
+        entropy = entropy.mean()
+        loss = pg_loss + v_loss * c.vf_coef - c.ent_coef * entropy
+        loss.backward()  # type: ignore[no-untyped-call]
+        return _Step(pg_loss, v_loss, entropy, logratio, ratio)
+
     def _metrics(
         self,
         batch: PPOBatch,
@@ -360,7 +450,7 @@ class PPO(ActorCriticState):
         """The last minibatch's terms, as CleanRL logs them; "loss" is their weighted sum."""
         c = self.config
         y_pred, y_true = batch.values.cpu().numpy(), batch.returns.cpu().numpy()
-        var_y = float(np.var(y_true))
+        var_y = float(np.var(y_true)) if len(y_true) else 0.0
         explained_var = math.nan if var_y == 0 else 1 - float(np.var(y_true - y_pred)) / var_y
         pg_loss, v_loss = last.pg_loss.item(), last.v_loss.item()
         entropy = last.entropy.detach().mean().item()

@@ -1,0 +1,96 @@
+"""Data-parallel trainer ranks (``launch --trainers K``): K ranks given some chunks take the
+step one learner given all of them takes, and the ranks end with identical weights.
+
+Each case spawns real ranks that all-reduce over gloo on 127.0.0.1 (no sleeps: the ranks
+meet in ``init_process_group`` and every collective is a barrier).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from coach_stream.config import load_preset
+from coach_stream.core import Collective, ExperienceChunk, Learner
+from coach_stream.envs import probe_shape
+from coach_stream.policies.networks import ActorCritic
+from coach_stream.testing.chunks import make_chunk
+from coach_stream.testing.data_parallel import Job, LearnerFactory, learn, learn_in_ranks
+from coach_stream.trainer.collective import own_partitions
+from coach_stream.trainer.impala import IMPALA, IMPALAConfig
+from coach_stream.trainer.ppo import PPO, PPOConfig
+
+VERSION = 11  # make_chunk's policy_version
+CHUNKS, STEPS = 6, 8
+TOTAL = CHUNKS * STEPS
+
+
+def _chunks() -> list[ExperienceChunk]:
+    """Six CartPole-shaped chunks from different envs, actions in {0, 1}."""
+    chunks = []
+    for i in range(CHUNKS):
+        chunk = make_chunk(STEPS, seed=i, ended=i % 2 == 0)
+        chunk.actions[:] = np.clip(chunk.actions, 0, 1)
+        chunk.log_probs[:] = -np.abs(chunk.log_probs)  # type: ignore[index]
+        chunks.append(dataclasses.replace(chunk, worker_id=i, env_index=0))
+    return chunks
+
+
+def _net() -> ActorCritic:
+    torch.manual_seed(7)
+    return ActorCritic(probe_shape("CartPole-v1"), load_preset("cartpole-ppo").network)
+
+
+def ppo(collective: Collective) -> Learner:
+    # one minibatch per epoch: the union's minibatch is then the same set of rows however
+    # the ranks' permutations order them (the comparison is of sets, not of orders)
+    config = PPOConfig(minibatch_size=TOTAL, update_epochs=3, ent_coef=0.01, target_kl=10.0)
+    return PPO(
+        _net(), config, TOTAL, TOTAL, torch.Generator().manual_seed(0), collective=collective
+    )
+
+
+def impala(collective: Collective) -> Learner:
+    config = IMPALAConfig(batch_steps=TOTAL, norm_adv=True)
+    return IMPALA(_net(), config, torch.Generator().manual_seed(0), collective=collective)
+
+
+def _job(factory: LearnerFactory, split: int) -> tuple[Job, list[ExperienceChunk]]:
+    """Rank 0 holds the first ``split`` envs' chunks, rank 1 the rest (as partitions would)."""
+    chunks, updates = _chunks(), 1
+    if factory is impala:  # IMPALA takes batch_steps per update: two batches' worth
+        chunks += [dataclasses.replace(c, chunk_seq=c.chunk_seq + 1) for c in chunks]
+        updates = 2
+    shares = [
+        [c for c in chunks if c.worker_id < split],
+        [c for c in chunks if c.worker_id >= split],
+    ]
+    return Job(factory, shares, VERSION, updates), chunks
+
+
+CASES = [(ppo, 3), (ppo, 1), (impala, 3), (impala, 1)]  # even and uneven shares
+
+
+def test_two_ranks_learn_what_one_learner_learns_from_their_union() -> None:
+    jobs = [_job(factory, split) for factory, split in CASES]
+    in_ranks = learn_in_ranks([job for job, _ in jobs])  # one group of 2 ranks for all cases
+    initial = _net().state_dict()
+    for (job, union_chunks), ranks, (factory, split) in zip(jobs, in_ranks, CASES, strict=True):
+        case = f"{factory.__name__} split {split}"
+        union = learn(factory, union_chunks, VERSION, job.updates)
+        assert union.keys() == ranks[0].keys() == ranks[1].keys()
+        for name, weights in union.items():
+            assert not torch.equal(weights, initial[name]), f"{case} {name}: nothing learned"
+            assert torch.equal(ranks[0][name], ranks[1][name]), f"{case} {name}: diverged"
+            torch.testing.assert_close(
+                ranks[0][name], weights, rtol=1e-4, atol=1e-5, msg=f"{case} {name}"
+            )
+
+
+def test_each_partition_belongs_to_exactly_one_rank() -> None:
+    partitions = list(range(7))
+    shares = [own_partitions(partitions, rank, 3) for rank in range(3)]
+    assert shares == [[0, 3, 6], [1, 4], [2, 5]]
+    assert sorted(p for share in shares for p in share) == partitions
