@@ -159,6 +159,13 @@ class TrainerConfig(_Frozen):
     """Where the trainer's networks learn (``coach-stream train --device`` overrides it):
     ``auto`` takes a GPU when torch sees one. Workers always act on the CPU. The default
     stays ``cpu``: the built-in MLP presets are faster on one CPU thread than on a GPU."""
+    count: int = Field(default=1, ge=1, le=64)
+    """Data-parallel trainer ranks (``launch --trainers``): each reads its share of the
+    experience partitions and all-reduces its gradients, rank 0 stores and announces (PPO
+    and IMPALA; at most one rank per partition, i.e. per rollout worker)."""
+    collective_timeout_s: float = Field(default=60.0, gt=0)
+    """How long a rank waits for the others in a collective before it gives up (a rank that
+    died mid all-reduce): the ranks then exit and restart from the newest trainer state."""
 
 
 class Preset(_Frozen):
@@ -267,6 +274,17 @@ class Preset(_Frozen):
                 f"normalize is for the on-policy learners, not {self.algorithm}: "
                 f"{builder.normalize_refusal}; remove the normalize section (rl-zoo runs DQN "
                 "and SAC without it)"
+            )
+        if self.trainer.count > 1 and not builder.data_parallel:
+            raise ValueError(
+                f"trainer.count {self.trainer.count}: {self.algorithm} learns with one trainer "
+                "rank (data-parallel ranks are built for ppo and impala); set trainer.count to 1"
+            )
+        if self.trainer.count > 1 and self.normalize.enabled:
+            raise ValueError(
+                f"trainer.count {self.trainer.count}: the normalize statistics are kept by one "
+                "trainer and are not merged across ranks yet; set trainer.count to 1 or remove "
+                "the normalize section"
             )
         return self
 

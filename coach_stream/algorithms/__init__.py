@@ -28,17 +28,24 @@ from coach_stream.algorithms.ppo import PPOBuilder
 from coach_stream.algorithms.sac import SACBuilder
 from coach_stream.codec import ChunkSpec
 from coach_stream.config import Preset
-from coach_stream.core import Actor, Learner
+from coach_stream.core import Actor, Collective, Learner
 from coach_stream.envs import EnvShape
 from coach_stream.errors import ConfigError
 from coach_stream.rollout.worker import WorkerSettings
+from coach_stream.trainer.collective import SOLO
 from coach_stream.trainer.loop import TrainerSettings
 
 
 class AlgorithmBuilder(Protocol):
     """Everything that differs between algorithms, built from one preset."""
 
-    def make_learner(self, shape: EnvShape, workers: int, generator: torch.Generator) -> Learner:
+    def make_learner(
+        self,
+        shape: EnvShape,
+        workers: int,
+        generator: torch.Generator,
+        collective: Collective = SOLO,
+    ) -> Learner:
         """The trainer's learner with fresh networks (seeded from ``generator``'s seed)."""
 
     def make_actor(self, shape: EnvShape, greedy: bool, seed: int) -> Actor:

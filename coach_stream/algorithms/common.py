@@ -7,11 +7,12 @@ from typing import ClassVar
 import torch
 
 from coach_stream.config import Preset
-from coach_stream.core import Actor, Learner, Mode
+from coach_stream.core import Actor, Collective, Learner, Mode
 from coach_stream.envs import EnvShape
 from coach_stream.policies.actors import GaussianPPOActor, PPOActor
 from coach_stream.policies.networks import ActorCritic, GaussianActorCritic
 from coach_stream.rollout.worker import WorkerSettings
+from coach_stream.trainer.collective import SOLO
 from coach_stream.trainer.device import resolve_device
 from coach_stream.trainer.loop import TrainerSettings
 
@@ -41,6 +42,8 @@ class Builder:
     """Chunks carry the behaviour columns (log-probs and values: the on-policy learners)."""
     refill: ClassVar[bool] = False
     """A resuming trainer re-reads the log into replay (the off-policy learners)."""
+    data_parallel: ClassVar[bool] = False
+    """Its learner all-reduces across K trainer ranks (``trainer.count``: PPO, IMPALA)."""
     learns_from_any_policy: ClassVar[bool] = False
     """It can learn from experience another run's policy acted (``coach-stream attach``):
     the replay learners, and IMPALA, whose V-trace weighs each step by its own policy's
@@ -56,7 +59,13 @@ class Builder:
         the algorithm's own rule says otherwise)."""
         return self.preset.rollout.chunk_steps
 
-    def make_learner(self, shape: EnvShape, workers: int, generator: torch.Generator) -> Learner:
+    def make_learner(
+        self,
+        shape: EnvShape,
+        workers: int,
+        generator: torch.Generator,
+        collective: Collective = SOLO,
+    ) -> Learner:
         raise NotImplementedError
 
     def make_actor(self, shape: EnvShape, greedy: bool, seed: int) -> Actor:

@@ -13,11 +13,12 @@ import torch
 
 from coach_stream.algorithms.common import ReplayBuilder, learner_device
 from coach_stream.config import Preset
-from coach_stream.core import Actor, Learner
+from coach_stream.core import Actor, Collective, Learner
 from coach_stream.envs import EnvShape
 from coach_stream.errors import ConfigError
 from coach_stream.policies.actors import DQNActor
 from coach_stream.policies.networks import QNetwork
+from coach_stream.trainer.collective import SOLO
 from coach_stream.trainer.dqn import DQN, DQNConfig
 
 
@@ -41,7 +42,13 @@ class DQNBuilder(ReplayBuilder):
         super().__init__(preset)
         self.config = preset.section_of(DQNConfig)
 
-    def make_learner(self, shape: EnvShape, workers: int, generator: torch.Generator) -> Learner:
+    def make_learner(
+        self,
+        shape: EnvShape,
+        workers: int,
+        generator: torch.Generator,
+        collective: Collective = SOLO,
+    ) -> Learner:
         if shape.continuous:  # a task refuses (exit 2) rather than crash-loop
             raise ConfigError(
                 f"Preset {self.preset.name!r}: DQN needs discrete actions and "

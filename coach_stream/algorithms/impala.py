@@ -18,8 +18,9 @@ from coach_stream.algorithms.common import (
     learner_device,
 )
 from coach_stream.config import Preset
-from coach_stream.core import Learner, Mode
+from coach_stream.core import Collective, Learner, Mode
 from coach_stream.envs import EnvShape
+from coach_stream.trainer.collective import SOLO
 from coach_stream.trainer.impala import IMPALA, IMPALAConfig
 
 
@@ -39,12 +40,19 @@ class IMPALABuilder(ActorCriticBuilder):
     mode_reason = "IMPALA learns from workers that never wait; V-trace corrects their lag"
     preset_type = IMPALAPreset
     learns_from_any_policy = True
+    data_parallel = True
 
     def __init__(self, preset: Preset) -> None:
         super().__init__(preset)
         self.config = preset.section_of(IMPALAConfig)
 
-    def make_learner(self, shape: EnvShape, workers: int, generator: torch.Generator) -> Learner:
+    def make_learner(
+        self,
+        shape: EnvShape,
+        workers: int,
+        generator: torch.Generator,
+        collective: Collective = SOLO,
+    ) -> Learner:
         torch.manual_seed(generator.initial_seed())
         return IMPALA(
             actor_critic(self.preset, shape),
@@ -52,4 +60,5 @@ class IMPALABuilder(ActorCriticBuilder):
             generator,
             learner_device(self.preset),
             anneal_steps=self.config.anneal_steps or self.preset.env_step_budget,
+            collective=collective,
         )

@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING
 import torch
 
 from coach_stream.config import Preset
-from coach_stream.core import Actor, Learner
+from coach_stream.core import Actor, Collective, Learner
 from coach_stream.envs import EnvShape
 from coach_stream.policies.normalization import NormalizingActor
 from coach_stream.rollout.worker import WorkerSettings
+from coach_stream.trainer.collective import SOLO
 from coach_stream.trainer.loop import TrainerSettings
 from coach_stream.trainer.normalize import NormalizingLearner
 
@@ -33,7 +34,13 @@ class Normalized:
     def __getattr__(self, name: str) -> object:  # the algorithm's own extras (steps_per_update)
         return getattr(self.inner, name)
 
-    def make_learner(self, shape: EnvShape, workers: int, generator: torch.Generator) -> Learner:
+    def make_learner(
+        self,
+        shape: EnvShape,
+        workers: int,
+        generator: torch.Generator,
+        collective: Collective = SOLO,
+    ) -> Learner:
         self.preset.check_normalizable(tuple(shape.obs_shape), str(shape.obs_dtype))
         learner = self.inner.make_learner(shape, workers, generator)
         config = self.preset.normalize

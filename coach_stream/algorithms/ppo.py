@@ -21,8 +21,9 @@ from coach_stream.algorithms.common import (
     learner_device,
 )
 from coach_stream.config import Preset
-from coach_stream.core import Learner, Mode
+from coach_stream.core import Collective, Learner, Mode
 from coach_stream.envs import EnvShape
+from coach_stream.trainer.collective import SOLO
 from coach_stream.trainer.ppo import PPO, PPOConfig
 
 
@@ -38,6 +39,7 @@ class PPOPreset(Preset):
 
 
 class PPOBuilder(ActorCriticBuilder):
+    data_parallel = True
     mode = Mode.SYNC
     mode_reason = "PPO is on-policy: each version's quota is gathered before an update"
     preset_type = PPOPreset
@@ -57,7 +59,13 @@ class PPOBuilder(ActorCriticBuilder):
             return self.config.steps_per_update
         return max(1, workers) * self.preset.rollout.num_envs * self.share_steps
 
-    def make_learner(self, shape: EnvShape, workers: int, generator: torch.Generator) -> Learner:
+    def make_learner(
+        self,
+        shape: EnvShape,
+        workers: int,
+        generator: torch.Generator,
+        collective: Collective = SOLO,
+    ) -> Learner:
         torch.manual_seed(generator.initial_seed())
         return PPO(
             actor_critic(self.preset, shape),
@@ -66,4 +74,5 @@ class PPOBuilder(ActorCriticBuilder):
             anneal_steps=self.config.anneal_steps or self.preset.env_step_budget,
             generator=generator,
             device=learner_device(self.preset),
+            collective=collective,
         )

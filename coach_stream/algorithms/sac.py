@@ -14,11 +14,12 @@ import torch
 
 from coach_stream.algorithms.common import ReplayBuilder, learner_device
 from coach_stream.config import Preset
-from coach_stream.core import Actor, Learner
+from coach_stream.core import Actor, Collective, Learner
 from coach_stream.envs import EnvShape
 from coach_stream.errors import ConfigError
 from coach_stream.policies.actors import SACActor
 from coach_stream.policies.networks import SoftQNetwork, SquashedGaussianActor
+from coach_stream.trainer.collective import SOLO
 from coach_stream.trainer.sac import SAC, SACConfig
 
 
@@ -50,7 +51,13 @@ class SACBuilder(ReplayBuilder):
                 f"{self.preset.env_id} has {shape.num_actions} discrete ones; use dqn or ppo."
             )
 
-    def make_learner(self, shape: EnvShape, workers: int, generator: torch.Generator) -> Learner:
+    def make_learner(
+        self,
+        shape: EnvShape,
+        workers: int,
+        generator: torch.Generator,
+        collective: Collective = SOLO,
+    ) -> Learner:
         self._continuous(shape)
         torch.manual_seed(generator.initial_seed())
         net = self.preset.network

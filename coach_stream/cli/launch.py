@@ -144,6 +144,15 @@ def launch(
         "(default: the preset's experience_retention).",
     ),
     metrics_port: int | None = MetricsPortOption,
+    trainers: int | None = typer.Option(
+        None,
+        "--trainers",
+        min=1,
+        max=64,
+        help="Data-parallel trainer ranks, one consumer share of the experience partitions "
+        "each, gradients all-reduced (PPO, IMPALA; at most --workers). Default: the "
+        "preset's trainer.count (1).",
+    ),
     *,
     flags: RunFlags,
     nomad: nomad_cli.NomadFlags,
@@ -153,7 +162,7 @@ def launch(
     Exit code 0 when the target return was reached, 1 when the run ended without it,
     2 for bad input (nothing is started), 130 when interrupted.
     """
-    extra = _flag_overrides(experience_retention, metrics_port)
+    extra = _flag_overrides(experience_retention, metrics_port, trainers)
     submit(flags, nomad, lambda: plan_launch(preset, workers, run_id, flags, extra))
 
 
@@ -190,10 +199,16 @@ def target_for(
     return target, plan
 
 
-def _flag_overrides(experience_retention: str | None, metrics_port: int | None) -> list[str]:
-    """``--experience-retention`` and ``--metrics-port`` as the preset overrides they are
-    (so every task sees them too)."""
-    flags = {"experience_retention": experience_retention, "metrics_port": metrics_port}
+def _flag_overrides(
+    experience_retention: str | None, metrics_port: int | None, trainers: int | None = None
+) -> list[str]:
+    """``--experience-retention``, ``--metrics-port`` and ``--trainers`` as the preset
+    overrides they are (so every task sees them too)."""
+    flags = {
+        "experience_retention": experience_retention,
+        "metrics_port": metrics_port,
+        "trainer.count": trainers,
+    }
     return [f"{key}={value}" for key, value in flags.items() if value is not None]
 
 
@@ -299,6 +314,7 @@ def plan_launch(
         overrides=tuple(overrides),
         kafka_security=kafka_security(),  # from the environment; never on the tasks' argv
         experience_from=experience_from,
+        trainers=loaded.trainer.count,
     )
     return LaunchPlan(loaded, settings, state_dir)
 

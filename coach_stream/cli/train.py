@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import torch
 import typer
@@ -23,10 +23,12 @@ from coach_stream.checkpoints import open_store
 from coach_stream.cli import options as opt
 from coach_stream.cli.kafka_env import kafka_settings
 from coach_stream.config import Preset
-from coach_stream.core import EventSink
+from coach_stream.core import Collective, EventSink
 from coach_stream.envs import SeedRole, probe_shape, process_seed
+from coach_stream.errors import ConfigError
 from coach_stream.events import JsonLines
 from coach_stream.observability.prometheus import MetricsEndpoint, metrics_endpoint
+from coach_stream.trainer.collective import SOLO, TorchCollective
 from coach_stream.trainer.device import resolve_device
 from coach_stream.trainer.loop import Trainer
 from coach_stream.transport.admin import ensure_run_topics
@@ -72,6 +74,19 @@ def train(
         help="Where the trainer learns: auto (a GPU when there is one), cpu or cuda. "
         "Default: the preset's trainer.device (cpu). Workers always act on the CPU.",
     ),
+    rank: int = typer.Option(
+        0,
+        "--rank",
+        min=0,
+        help="This process's rank among the preset's trainer.count data-parallel trainers "
+        "(0 stores checkpoints and announces versions). On Nomad: ${NOMAD_ALLOC_INDEX}.",
+    ),
+    rendezvous: str | None = typer.Option(
+        None,
+        "--rendezvous",
+        help="HOST:PORT where rank 0 listens for the other trainer ranks (needed when "
+        "trainer.count > 1; `launch` picks one).",
+    ),
     experience_from: str | None = typer.Option(
         None,
         "--experience-from",
@@ -85,6 +100,8 @@ def train(
     device_override = [] if device is None else [f"trainer.device={device}"]
     config = opt.load_run_preset(preset, seed, [*overrides, *device_override])
     resolve_device(config.trainer.device)  # a missing GPU is reported before anything starts
+    ranks = config.trainer.count
+    meeting = _rendezvous(ranks, rank, rendezvous, experience_from)
     settings = kafka_settings(kafka)
     topics = RunTopics.for_run(run_id)
     if experience_from is not None:
@@ -100,32 +117,77 @@ def train(
         # The trainer's door: a chunk that decodes but does not fit this run (another run, env
         # or action space) is dead-lettered with the reason instead of crashing the learner.
         spec = chunk_spec(config, experience_from or run_id, shape)
+        name = "trainer" if rank == 0 else f"trainer-{rank}"
+        group = trainer_group(run_id)
         with (
             store,
-            KafkaExperienceReader(settings, topics, trainer_group(run_id), spec=spec) as reader,
+            KafkaExperienceReader(
+                settings, topics, group, spec=spec, share=(rank, ranks)
+            ) as reader,
             KafkaControlSubscriber(settings, topics) as control,
-            TelemetrySink(settings, topics, run_id, "trainer") as telemetry,
-            metrics_endpoint(config.metrics_port, run_id, "trainer") as endpoint,
+            TelemetrySink(settings, topics, run_id, name) as telemetry,
+            metrics_endpoint(config.metrics_port if rank == 0 else None, run_id, name) as endpoint,
             (
                 KafkaSourceRun(settings, experience_from, reader)
                 if experience_from is not None
                 else contextlib.nullcontext()
             ) as source,
         ):
-            events = _announce_start(config, workers, reader, telemetry, endpoint, experience_from)
+            events = _announce_start(
+                config, workers, reader, telemetry, endpoint, experience_from, name
+            )
             # Metadata and producer id now: the client was made before the topics were
             # ensured, so its broker connection is up and this takes milliseconds.
             publisher.open()
             generator = torch.Generator().manual_seed(
                 process_seed(config.seed, 0, SeedRole.TRAINER)
             )
-            builder = builder_for(config)
-            learner = builder.make_learner(shape, workers, generator)
-            trainer_settings = builder.make_trainer_settings(run_id)
-            Trainer(
-                learner, reader, control, publisher, store, trainer_settings, events, generator,
-                source=source,
-            ).run()  # fmt: skip
+            with _joined(meeting, rank, ranks, config.trainer.collective_timeout_s) as group_:
+                builder = builder_for(config)
+                learner = builder.make_learner(shape, workers, generator, group_)
+                trainer_settings = builder.make_trainer_settings(run_id)
+                Trainer(
+                    learner, reader, control, publisher, store, trainer_settings, events,
+                    generator, source=source, collective=group_,
+                ).run()  # fmt: skip
+
+
+def _rendezvous(
+    ranks: int, rank: int, rendezvous: str | None, experience_from: str | None
+) -> tuple[str, int] | None:
+    """Where the ranks meet (None: one trainer), or a one-line refusal of bad flags."""
+    if rank >= ranks:
+        raise ConfigError(
+            f"--rank {rank} is outside the preset's trainer.count {ranks}; use 0 to {ranks - 1}."
+        )
+    if ranks == 1:
+        return None
+    if experience_from is not None:
+        raise ConfigError(
+            "A shadow learner (--experience-from) runs one trainer; set trainer.count to 1."
+        )
+    host, _, port = (rendezvous or "").rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(
+            f"trainer.count {ranks} needs --rendezvous HOST:PORT (where rank 0 listens), "
+            f"got {rendezvous!r}; `coach-stream launch --trainers {ranks}` sets it."
+        )
+    return host, int(port)
+
+
+@contextlib.contextmanager
+def _joined(
+    meeting: tuple[str, int] | None, rank: int, ranks: int, timeout_s: float
+) -> Iterator[Collective]:
+    """The group of trainer ranks, joined for the ``with`` (``SOLO`` for one trainer)."""
+    if meeting is None:
+        yield SOLO
+        return
+    group = TorchCollective(rank, ranks, meeting[0], meeting[1], timeout_s=timeout_s)
+    try:
+        yield group
+    finally:
+        group.close()
 
 
 def _ensure_topics(
@@ -149,13 +211,14 @@ def _announce_start(
     telemetry: TelemetrySink,
     endpoint: MetricsEndpoint | None,
     experience_from: str | None = None,
+    name: str = "trainer",
 ) -> EventSink:
     """The trainer's event sink, after telling it the run has started.
 
     Events go on stdout (the local orchestrator's logs), on the telemetry topic (what
     launch/status read, wherever this process runs) and, if asked for, on /metrics.
     """
-    sinks: list[EventSink] = [JsonLines(sys.stdout, "trainer"), telemetry]
+    sinks: list[EventSink] = [JsonLines(sys.stdout, name), telemetry]
     if endpoint is not None:
         sinks.append(endpoint.exporter)
     events = with_read_positions(fan_out(*sinks), reader)

@@ -8,6 +8,7 @@ which is why every task gets the same ``--kafka`` / ``--checkpoints`` / ``--set`
 
 from __future__ import annotations
 
+import socket
 import sys
 import time
 import uuid
@@ -72,6 +73,10 @@ class LaunchSettings:
     """A shadow learner's source run (``coach-stream attach``): the trainer reads that run's
     experience and the run has no rollout workers; ``workers`` is then the source topic's
     partition count, which the learner sizes its share of the stream by."""
+    trainers: int = 1
+    """Data-parallel trainer ranks (the preset's ``trainer.count``): one task each."""
+    rendezvous_host: str = "127.0.0.1"
+    """Where rank 0 listens for the other ranks (a local run: this machine)."""
 
     def __post_init__(self) -> None:
         check_run_id(self.run_id)
@@ -79,6 +84,17 @@ class LaunchSettings:
             check_run_id(self.experience_from)
         if not 1 <= self.workers <= 256:
             raise ConfigError(f"--workers {self.workers} is out of range; use 1 to 256.")
+        if self.trainers > 1 and self.experience_from is not None:
+            raise ConfigError(
+                f"A shadow learner runs one trainer, not {self.trainers}; set trainer.count "
+                "to 1 for `coach-stream attach`."
+            )
+        if self.trainers > self.workers and self.experience_from is None:
+            raise ConfigError(
+                f"--trainers {self.trainers} is more than the {self.workers} experience "
+                f"partitions (one per worker): a rank would read nothing; use --trainers "
+                f"{self.workers} or fewer, or more --workers."
+            )
         if not self.kafka_bootstrap:
             raise ConfigError(
                 "No Kafka bootstrap servers given; pass --kafka HOST:PORT, set "
@@ -141,9 +157,7 @@ def build_run_spec(settings: LaunchSettings) -> RunSpec:
     trainer_argv = (*cli, "train", *common, "--workers", str(settings.workers))
     if shadow is not None:
         trainer_argv += ("--experience-from", shadow)
-    tasks = [
-        TaskSpec(name="trainer", group="trainer", argv=trainer_argv, env=dict(settings.extra_env))
-    ]
+    tasks = trainer_tasks(settings, trainer_argv)
     for worker_id in range(0 if shadow is not None else settings.workers):
         tasks.append(
             TaskSpec(
@@ -166,6 +180,34 @@ def build_run_spec(settings: LaunchSettings) -> RunSpec:
             )
         )
     return RunSpec(run_id=settings.run_id, tasks=tuple(tasks))
+
+
+def trainer_tasks(settings: LaunchSettings, argv: tuple[str, ...]) -> list[TaskSpec]:
+    """The trainer, or its K data-parallel ranks: ``trainer`` (rank 0), ``trainer-1``, ...
+
+    The ranks meet at a port picked now on ``rendezvous_host``; a restarted rank finds the
+    others there again (rank 0 listens on it for the life of the group).
+    """
+    env = dict(settings.extra_env)
+    if settings.trainers == 1:
+        return [TaskSpec(name="trainer", group="trainer", argv=argv, env=env)]
+    meeting = f"{settings.rendezvous_host}:{free_port(settings.rendezvous_host)}"
+    return [
+        TaskSpec(
+            name="trainer" if rank == 0 else f"trainer-{rank}",
+            group="trainer",
+            argv=(*argv, "--rank", str(rank), "--rendezvous", meeting),
+            env=env,
+        )
+        for rank in range(settings.trainers)
+    ]
+
+
+def free_port(host: str) -> int:
+    """A TCP port nobody listens on now (the OS's pick)."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
 
 
 def warm_supervisor(config: SupervisorConfig | None = None) -> SupervisorConfig:

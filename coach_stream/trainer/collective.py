@@ -115,11 +115,6 @@ class TorchCollective:
             dist.destroy_process_group()
 
 
-def own_partitions(partitions: Sequence[int], rank: int, world: int) -> list[int]:
-    """Rank ``rank``'s share of a topic's partitions: every ``world``-th, from ``rank``."""
-    return [p for p in sorted(partitions) if p % world == rank]
-
-
 def total_count(collective: Collective, count: int) -> int:
     """``count`` summed over the ranks."""
     if collective.world == 1:

@@ -31,6 +31,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -40,6 +41,7 @@ from coach_stream.checkpoints.serialization import policy_to_bytes
 from coach_stream.control.announcer import Announcer
 from coach_stream.core import (
     CheckpointStore,
+    Collective,
     ControlLogReader,
     ControlMessage,
     ControlPublisher,
@@ -58,6 +60,7 @@ from coach_stream.errors import (
     IntegrityError,
     ResumeError,
 )
+from coach_stream.trainer.collective import SOLO
 from coach_stream.trainer.ledger import ChunkLedger
 from coach_stream.trainer.state import TrainerState, state_from_bytes, state_to_bytes
 
@@ -101,14 +104,17 @@ class Trainer:
         generator: torch.Generator,
         clock: Callable[[], float] = time.monotonic,
         source: SourceRun | None = None,
+        collective: Collective = SOLO,
     ) -> None:
         self.learner, self.reader, self.control = learner, reader, control
+        self.collective = collective  # K data-parallel ranks: rank 0 announces and stores
         self.source = source  # a shadow learner's source run: None for a run's own trainer
         self.publisher, self.store, self.settings = publisher, store, settings
         self.events, self.generator, self.clock = events, generator, clock
         self.announcer: Announcer | None = None
         self.version = -1
         self.env_steps = 0
+        self._unagreed_steps = 0  # steps this rank read since the ranks last summed them
         self.dropped_stale = 0
         self.dropped_stale_steps = 0
         self.ledger = ChunkLedger()
@@ -122,6 +128,8 @@ class Trainer:
         self._lag_counts: Counter[int] = Counter()  # chunks per lag: the report's histogram
         self._metrics: dict[str, float] = {}
         self._after_refill: list[ExperienceChunk] = []  # read past the stored positions
+        self._restored_positions: dict[int, int] = {}  # every rank's, for the other ranks
+        self._parts: list[dict[str, Any]] = []  # every rank's part of the next state
         self._seconds = {"read_s": 0.0, "learn_s": 0.0, "publish_s": 0.0}  # where time goes
         self._last_log = (clock(), 0, 0)
         self._last_control = 0.0
@@ -139,7 +147,19 @@ class Trainer:
         """Resume from the newest trainer state, or announce version 0; None unless finished.
 
         Raises ``ResumeError`` when versions were announced but no trainer state is stored.
+        With K ranks, rank 0 does that and hands the result (weights, optimizer, counters,
+        every rank's positions) to the others, which take it as theirs.
         """
+        collective = self.collective
+        if collective.world == 1:
+            return self._start_lead()
+        if collective.rank == 0:
+            done = self._start_lead()
+            collective.broadcast_object(self._handover(done))
+            return done
+        return self._join(collective.broadcast_object(None))
+
+    def _start_lead(self) -> RunFinished | None:
         newest = self._absorb(self.control.read_to_end(self.settings.control_catchup_s))
         if self.finished is not None:  # restarted after the run ended: nothing to do
             self.last_policy = newest
@@ -157,13 +177,13 @@ class Trainer:
         if state is None:
             if newest is not None:
                 raise ResumeError(self._lost_state_message(newest))
-            self._publish(save_state=True)
+            self._publish(save_state=True, gather=False)
             return None
         self._restore(state)
         if newest is not None and newest.version == state.version:
             self.version, self.last_policy = newest.version, newest
         else:  # restored weights were never announced (or newer ones were): announce them
-            self._publish(save_state=False)
+            self._publish(save_state=False, gather=False)
         self.events(
             "resumed",
             {
@@ -175,18 +195,50 @@ class Trainer:
         )
         self._consume(self._after_refill)
         self._after_refill = []
+        self.env_steps += self._unagreed_steps  # one trainer: no refill with K ranks
+        self._unagreed_steps = 0
+        return None
+
+    def _handover(self, done: RunFinished | None) -> dict[str, object]:
+        """What rank 0's start leaves the other ranks to start from."""
+        return {
+            "finished": done,
+            "version": self.version,
+            "env_steps": self.env_steps,
+            "learner": self.learner.state_dict(),
+            "positions": self._restored_positions,
+            "last_seqs": dict(self.ledger.last_seqs),
+            "resumed_from": self.resumed_from,
+        }
+
+    def _join(self, handover: dict[str, Any]) -> RunFinished | None:
+        """A rank other than 0 takes rank 0's start as its own (its counters start at 0:
+        rank 0 holds the stored ones, and a state sums every rank's)."""
+        if handover["finished"] is not None:
+            self.finished = handover["finished"]
+            self._report_finished(self.finished)
+            return self.finished
+        self.learner.load_state_dict(handover["learner"])
+        self.version, self.env_steps = handover["version"], handover["env_steps"]
+        self.resumed_from = handover["resumed_from"]
+        self.ledger.restore(handover["last_seqs"], {})
+        self.reader.seek(handover["positions"])  # its own partitions' part of them
+        self.events(
+            "joined",
+            {
+                "rank": self.collective.rank,
+                "version": self.version,
+                "env_steps": self.env_steps,
+                "positions": dict(self.reader.positions()),
+            },
+        )
         return None
 
     def iterate(self) -> RunFinished | None:
         """Read, learn, publish, check for the end: one pass, at most ``read_timeout_s`` idle."""
-        now = self.clock()
-        if now - self._last_control >= self.settings.control_poll_s:
-            self._absorb(self.control.poll(0.0))
-            self._last_control = now
-        if self.finished is not None:
-            return self._end(self.finished.reason, announce=False)
-        if self._target_reached():
-            return self._end("target_reached")
+        stop = self._stop_wanted()
+        if stop and self.collective.world == 1:  # one trainer ends before it reads more
+            return self._stop(stop)
         learner = self.learner
         seconds, clock = self._seconds, self.clock
         if learner.wants_data():
@@ -194,6 +246,9 @@ class Trainer:
             t0 = clock()
             self._consume(self.reader.read(self.settings.read_batch, timeout))
             seconds["read_s"] += clock() - t0
+        stop = self._agree(stop)
+        if stop:
+            return self._stop(stop)
         if learner.ready():
             t0 = clock()
             metrics, publish = learner.learn(self.env_steps)
@@ -211,6 +266,47 @@ class Trainer:
             self._log_progress()
         return None
 
+    # ------------------------------------------------------------------ the ranks' agreement
+
+    _FINISHED, _TARGET = 1, 2  # why rank 0 stops the run (0: it does not)
+
+    def _stop_wanted(self) -> int:
+        """Rank 0's (or the one trainer's) reading of the control topic: stop now, and why.
+
+        Only rank 0 reads it: ranks that read a RunFinished at different passes would leave
+        one another waiting in a collective, so the others learn rank 0's verdict from
+        ``_agree``.
+        """
+        if self.collective.rank != 0:
+            return 0
+        now = self.clock()
+        if now - self._last_control >= self.settings.control_poll_s:
+            self._absorb(self.control.poll(0.0))
+            self._last_control = now
+        if self.finished is not None:
+            return self._FINISHED
+        return self._TARGET if self._target_reached() else 0
+
+    def _agree(self, stop: int) -> int:
+        """Sum the steps every rank read this pass into ``env_steps`` (the budget and the
+        learning-rate schedule count the run's steps, not a rank's) and tell every rank
+        rank 0's ``stop``: one all-reduce of two numbers per pass."""
+        if self.collective.world == 1:
+            self.env_steps += self._unagreed_steps
+            self._unagreed_steps = 0
+            return stop
+        mine = torch.tensor([float(self._unagreed_steps), float(stop)], dtype=torch.float64)
+        steps, agreed = self.collective.sum(mine).tolist()
+        self.env_steps += int(steps)
+        self._unagreed_steps = 0
+        return int(agreed)
+
+    def _stop(self, stop: int) -> RunFinished:
+        if stop == self._TARGET:
+            return self._end("target_reached")
+        reason = self.finished.reason if self.finished is not None else "finished"
+        return self._end(reason, announce=False)
+
     # ------------------------------------------------------------------ experience
 
     def _consume(self, chunks: Sequence[ExperienceChunk]) -> None:
@@ -225,9 +321,9 @@ class Trainer:
         self.dropped_stale_steps += ingested.stale_steps
         # Steps dropped as stale were never learned from: they count toward neither the
         # budget nor the learner's schedule (``learn(env_steps)``); dropped_stale_steps has them.
-        self.env_steps -= ingested.stale_steps
+        self._unagreed_steps -= ingested.stale_steps
         for chunk in chunks:
-            self.env_steps += chunk.num_steps
+            self._unagreed_steps += chunk.num_steps
             if self.source is not None:  # another run's versions: no lag against ours
                 if chunk.episode_return is not None:
                     self._train_returns.append(chunk.episode_return)
@@ -281,7 +377,22 @@ class Trainer:
             raise RuntimeError("Trainer.start() must run before the trainer publishes or ends")
         return self.announcer
 
-    def _publish(self, save_state: bool) -> None:
+    def _publish(self, save_state: bool, gather: bool = True) -> None:
+        """Announce the learner's weights as the next version (and store a trainer state).
+
+        ``gather=False``: rank 0 publishing alone, in ``start`` (the others wait for its
+        handover meanwhile); a state stored then holds rank 0's positions only, which is
+        right for version 0 (every other partition starts at its beginning) and unused
+        for a restored state's re-announcement (no state is stored).
+        """
+        if self.collective.world > 1 and gather:
+            # every rank's part of the next state (positions, ledger, counters): a gather
+            # on every publish, so that no rank has to know when rank 0 stores one
+            self._parts = self.collective.gather_objects(self._part())
+            if self.collective.rank != 0:  # rank 0 announces; the others count along
+                self.version += 1
+                self.reader.commit()
+                return
         announcer = self._started_announcer()
         version = announcer.next_version
         state_due = save_state and version % self.settings.checkpoint_every == 0
@@ -305,21 +416,38 @@ class Trainer:
         announcer.save_trainer_state(version, state_to_bytes(self._state(version)))
         self.last_checkpoint = (version, time.time())
 
-    def _state(self, version: int) -> TrainerState:
-        return TrainerState(
-            version=version,
-            positions=dict(self.reader.positions()),
-            env_steps=self.env_steps,
-            counters={
+    def _part(self) -> dict[str, Any]:
+        """This rank's share of a trainer state: where it read to and what it counted."""
+        return {
+            "positions": dict(self.reader.positions()),
+            "counters": {
                 "dropped_stale": self.dropped_stale,
                 "dropped_stale_steps": self.dropped_stale_steps,
                 **self.ledger.counters(),
             },
+            "last_seqs": dict(self.ledger.last_seqs),
+        }
+
+    def _state(self, version: int) -> TrainerState:
+        """The resume point: with K ranks, every rank's positions, and counters summed."""
+        parts = self._parts if self.collective.world > 1 and self._parts else [self._part()]
+        positions: dict[int, int] = {}
+        counters: Counter[str] = Counter()
+        last_seqs: dict[str, int] = {}
+        for part in parts:
+            positions.update(part["positions"])
+            counters.update(part["counters"])
+            last_seqs.update(part["last_seqs"])
+        return TrainerState(
+            version=version,
+            positions=positions,
+            env_steps=self.env_steps,
+            counters=dict(counters),
             learner=self.learner.state_dict(),
             torch_rng=torch.get_rng_state(),
             generator_rng=self.generator.get_state(),
             eval_returns=list(self._eval_returns),
-            last_chunk_seqs=dict(self.ledger.last_seqs),
+            last_chunk_seqs=last_seqs,
         )
 
     def _newest_state(self) -> TrainerState | None:
@@ -366,6 +494,7 @@ class Trainer:
         if not self._eval_returns:  # the control topic, when readable, is the full record
             self._eval_returns.extend(state.eval_returns)
         self.resumed_from = state.version
+        self._restored_positions = dict(state.positions)
         if self.settings.refill:
             self._refill(state.positions)  # leaves the reader at (or just past) the positions
         else:
@@ -417,7 +546,11 @@ class Trainer:
 
     def _end(self, reason: str, announce: bool = True) -> RunFinished:
         """Announce ``reason`` (unless a RunFinished was already read), commit and report."""
-        if announce:
+        if self.collective.rank != 0:  # rank 0 announces the end; the others just stop
+            self.finished = RunFinished(
+                self.settings.run_id, self.version, reason, int(time.time() * 1000)
+            )
+        elif announce:
             self.finished = self._started_announcer().finish(reason)
         if self.finished is None:
             raise RuntimeError(f"_end({reason!r}, announce=False) without a RunFinished read")

@@ -1,7 +1,9 @@
 """The Kafka experience reader: decoded chunks in batches, with positions for checkpoints.
 
-The reader assigns itself every partition of the run's experience topic (one trainer per
-run), so its place in the log is exactly ``positions()``: the trainer stores them in its
+The reader assigns itself every partition of the run's experience topic, or with ``share``
+(rank, K) a data-parallel trainer rank's part of them (``own_partitions``: every K-th,
+assigned, not balanced by a consumer-group rebalance: see docs/decisions.md), so its
+place in the log is exactly ``positions()``: the trainer stores them in its
 checkpoint and ``seek``s back to them on restart; ``commit`` only informs lag tools.
 While it reads, the reader also commits its position by itself (asynchronously, at most
 every ``commit_every_s``), so lag tools and the rollout workers' rate limit
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal, Self
 
@@ -41,6 +43,11 @@ log = logging.getLogger(__name__)
 _dead_letter_log = clients.RateLimitedLog(log, prefix="")
 
 Start = Literal["earliest", "committed"]
+
+
+def own_partitions(partitions: Iterable[int], rank: int, world: int) -> list[int]:
+    """Trainer rank ``rank``'s share of a topic's partitions: every ``world``-th, from ``rank``."""
+    return [p for p in sorted(partitions) if p % world == rank]
 
 
 @dataclass
@@ -81,12 +88,16 @@ class KafkaExperienceReader(ClosingContext):
         spec: ChunkSpec | None = None,
         timeout: float = 10.0,
         commit_every_s: float | None = 0.25,
+        share: tuple[int, int] = (0, 1),
     ) -> None:
         """``spec``: what the run's chunks look like; the trainer passes it, so a chunk that
         decodes but would crash its learner is dead-lettered instead (None: decode only).
         ``commit_every_s``: how often ``read`` commits a moved position (None: never; only
-        ``commit()`` does)."""
+        ``commit()`` does). ``share``: (rank, K) of a data-parallel trainer: read only
+        ``own_partitions``."""
         self.settings = settings
+        self.share = share
+        self._topic_partitions: list[int] = []
         self.topics = topics
         self.group_id = group_id
         self.stats = ReaderStats()
@@ -118,7 +129,15 @@ class KafkaExperienceReader(ClosingContext):
                     "create the run's topics first (ensure_run_topics, done by `coach-stream "
                     "launch`) or check the run id."
                 )
-            partitions = sorted(found.partitions)
+            self._topic_partitions = sorted(found.partitions)
+            rank, world = self.share
+            if world > len(self._topic_partitions):
+                raise ConfigError(
+                    f"{world} trainer ranks cannot share the {len(self._topic_partitions)} "
+                    f"partitions of {topic}: a rank would read nothing; use --trainers "
+                    f"{len(self._topic_partitions)} or fewer (or more --workers)."
+                )
+            partitions = own_partitions(self._topic_partitions, rank, world)
             self._next = dict.fromkeys(partitions, 0)
             if self._start == "committed":
                 committed = consumer.committed(
@@ -248,13 +267,14 @@ class KafkaExperienceReader(ClosingContext):
         return dict(self._next)
 
     def seek(self, positions: Mapping[int, int]) -> None:
-        unknown = sorted(set(positions) - set(self._next))
+        """Move to ``positions``; those of partitions another trainer rank reads are skipped."""
+        unknown = sorted(set(positions) - set(self._topic_partitions))
         if unknown:
             raise ConfigError(
                 f"Cannot seek {self.topics.experience} to partitions {unknown}: it has "
-                f"{len(self._next)}; the positions belong to another topic or run."
+                f"{len(self._topic_partitions)}; the positions belong to another topic or run."
             )
-        self._next.update({p: int(o) for p, o in positions.items()})
+        self._next.update({p: int(o) for p, o in positions.items() if p in self._next})
         self._assign()
 
     def commit(self) -> None:

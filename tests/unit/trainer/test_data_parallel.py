@@ -18,9 +18,9 @@ from coach_stream.envs import probe_shape
 from coach_stream.policies.networks import ActorCritic
 from coach_stream.testing.chunks import make_chunk
 from coach_stream.testing.data_parallel import Job, LearnerFactory, learn, learn_in_ranks
-from coach_stream.trainer.collective import own_partitions
 from coach_stream.trainer.impala import IMPALA, IMPALAConfig
 from coach_stream.trainer.ppo import PPO, PPOConfig
+from coach_stream.transport.reader import own_partitions
 
 VERSION = 11  # make_chunk's policy_version
 CHUNKS, STEPS = 6, 8
