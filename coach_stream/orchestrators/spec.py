@@ -196,7 +196,12 @@ def trainer_tasks(settings: LaunchSettings, argv: tuple[str, ...]) -> list[TaskS
         TaskSpec(
             name="trainer" if rank == 0 else f"trainer-{rank}",
             group="trainer",
-            argv=(*argv, "--rank", str(rank), "--rendezvous", meeting),
+            # the count too: the ranks must agree on it whatever the preset says
+            argv=(
+                *argv,
+                *("--set", f"trainer.count={settings.trainers}"),
+                *("--rank", str(rank), "--rendezvous", meeting),
+            ),
             env=env,
         )
         for rank in range(settings.trainers)

@@ -437,7 +437,10 @@ class Trainer:
         for part in parts:
             positions.update(part["positions"])
             counters.update(part["counters"])
-            last_seqs.update(part["last_seqs"])
+            for key, seq in part["last_seqs"].items():
+                # every rank holds the whole ledger it resumed with, so a rank's copy of
+                # another rank's key is stale: the newest (highest) chunk_seq is the truth
+                last_seqs[key] = max(seq, last_seqs.get(key, seq))
         return TrainerState(
             version=version,
             positions=positions,

@@ -145,7 +145,7 @@ class Drill:
 
 
 def running_drill(
-    orchestrator: LocalOrchestrator, broker: DrillBroker, gcs: DrillGcs
+    orchestrator: LocalOrchestrator, broker: DrillBroker, gcs: DrillGcs, trainers: int = 1
 ) -> Iterator[Drill]:
     run_id = f"drill-{uuid.uuid4().hex[:10]}"
     settings = LaunchSettings(
@@ -158,6 +158,7 @@ def running_drill(
         # The faults take minutes: a budget they cannot exhaust, and a learning rate that
         # does not anneal to 0 before the evaluator is let go.
         overrides=("env_step_budget=50000000", "ppo.anneal_lr=false"),
+        trainers=trainers,
     )
     prepare_topics(settings)
     orchestrator.submit(build_run_spec(settings))
@@ -174,6 +175,13 @@ def drill(
     orchestrator: LocalOrchestrator, drill_broker: DrillBroker, drill_gcs: DrillGcs
 ) -> Iterator[Drill]:
     yield from running_drill(orchestrator, drill_broker, drill_gcs)
+
+
+@pytest.fixture
+def rank_drill(
+    orchestrator: LocalOrchestrator, drill_broker: DrillBroker, drill_gcs: DrillGcs
+) -> Iterator[Drill]:
+    yield from running_drill(orchestrator, drill_broker, drill_gcs, trainers=2)
 
 
 @pytest.fixture
@@ -447,3 +455,21 @@ def test_a_broker_whose_disk_fills_stops_and_the_run_recovers_once_it_has_room(
     with evaluator_held(drill):
         drill.fault("broker disk full", disk_full)
     assert_promises_kept(drill)
+
+
+def test_data_parallel_ranks_restart_together_when_one_dies_and_keep_their_promises(
+    rank_drill: Drill,
+) -> None:
+    """Two trainer ranks: ``kill -9`` of either makes the other fail fast (not hang), both
+    come back from the newest trainer state, and nothing is lost or learned twice."""
+    drill = rank_drill
+    with evaluator_held(drill):
+        for victim, survivor in (("trainer-1", "trainer"), ("trainer", "trainer-1")):
+            pid = drill.pid(victim)
+            drill.fault(f"{victim} kill -9", lambda pid=pid: os.kill(pid, signal.SIGKILL))
+            assert drill.results[-1]["restarts"].get(survivor, 0) >= 1, drill.results[-1]
+            assert drill.timeline.logged(survivor, "lost its group"), drill.timeline.tail()
+    assert_promises_kept(drill)
+    other = drill.timeline.of("finished", "trainer-1")
+    assert other, drill.timeline.tail()
+    assert other[-1]["duplicate_chunks"] == other[-1]["chunk_gaps"] == 0, other[-1]

@@ -81,3 +81,34 @@ def test_checkpoint_dirs_become_file_urls(tmp_path) -> None:
 def test_checkpoint_urls_that_are_refused(given: str, says: str) -> None:
     with pytest.raises(ConfigError, match=says):
         checkpoint_url(given)
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["launch", "cartpole-ppo", "--trainers", "0"], "--trainers"),
+        (["launch", "cartpole-ppo", "--workers", "2", "--trainers", "3"], "use --trainers 2"),
+        (["launch", "cartpole-dqn", "--trainers", "2"], "data-parallel ranks are built for"),
+        (
+            ["launch", "cartpole-ppo", "--trainers", "2", "--set", "normalize.observations=true"],
+            "normalize",
+        ),
+        (["train", "--preset", "cartpole-ppo", "--run-id", "r", "--rank", "1"], "--rank 1"),
+        (
+            ["train", "--preset", "cartpole-ppo", "--run-id", "r", "--set", "trainer.count=2"],
+            "needs --rendezvous",
+        ),
+    ],
+)
+def test_bad_trainer_ranks_are_one_line_and_exit_2(
+    argv: list[str], says: str, tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused before anything is created: no service is reachable at these addresses."""
+    where = ["--kafka", "127.0.0.1:9", "--state-dir", str(tmp_path)]
+    if argv[0] == "train":
+        where = ["--kafka", "127.0.0.1:9", "--checkpoints", str(tmp_path / "ckpt")]
+    assert main([*argv, *where]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert says in err
+    assert not (tmp_path / "ckpt").exists()

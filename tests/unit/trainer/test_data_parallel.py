@@ -33,7 +33,8 @@ def _chunks() -> list[ExperienceChunk]:
     for i in range(CHUNKS):
         chunk = make_chunk(STEPS, seed=i, ended=i % 2 == 0)
         chunk.actions[:] = np.clip(chunk.actions, 0, 1)
-        chunk.log_probs[:] = -np.abs(chunk.log_probs)  # type: ignore[index]
+        assert chunk.log_probs is not None
+        chunk.log_probs[:] = -np.abs(chunk.log_probs)
         chunks.append(dataclasses.replace(chunk, worker_id=i, env_index=0))
     return chunks
 
