@@ -101,6 +101,38 @@ def _flag(argv: Sequence[str], name: str) -> str | None:
     return None
 
 
+RENDEZVOUS_PORT = "rendezvous"
+"""The trainer group's dynamic port where rank 0 listens for the other ranks."""
+
+
+def _trainer_group(trainers: Sequence[TaskSpec], settings: NomadJobSettings) -> dict[str, Any]:
+    """The trainer, or its K data-parallel ranks as K tasks of one group.
+
+    One group, so Nomad places the ranks on one node (a multi-GPU machine: NCCL between
+    its GPUs) and they meet on 127.0.0.1 at the group's dynamic ``rendezvous`` port, which
+    Nomad picks free on that node; ranks on several nodes would need an address found at
+    run time (docs/decisions.md). A rank that crashes restarts in place; the others fail
+    within ``trainer.collective_timeout_s`` and restart too, and all resume together.
+    """
+    first = trainers[0]
+    if len(trainers) == 1:
+        return _group("trainer", 1, _task("trainer", first.argv, first.env, settings), settings)
+    meeting = f"127.0.0.1:${{NOMAD_PORT_{RENDEZVOUS_PORT}}}"
+    tasks = []
+    for rank, spec in enumerate(trainers):
+        argv = list(spec.argv)
+        if _flag(argv, "--rank") != str(rank) or _flag(argv, "--rendezvous") is None:
+            raise ConfigError(f"trainer task {spec.name} is not rank {rank} of the group.")
+        argv[argv.index("--rendezvous") + 1] = meeting
+        task = _task("trainer", argv, spec.env, settings)
+        task["Name"] = spec.name
+        tasks.append(task)
+    group = _group("trainer", 1, tasks[0], settings)
+    group["Tasks"] = tasks
+    group["Networks"] = [{"DynamicPorts": [{"Label": RENDEZVOUS_PORT}]}]
+    return group
+
+
 def _rollout_argv(tasks: Sequence[TaskSpec]) -> tuple[str, ...]:
     """The rollout tasks' common argv with ``--worker-id ${NOMAD_ALLOC_INDEX}``."""
     first = tasks[0].argv
@@ -201,13 +233,9 @@ def build_job(spec: RunSpec, settings: NomadJobSettings) -> dict[str, Any]:
     trainers = by_group.get("trainer", [])
     rollouts = by_group.get("rollout", [])
     shadow = len(trainers) == 1 and _flag(trainers[0].argv, "--experience-from") is not None
-    if len(trainers) != 1 or not (rollouts or shadow):
-        raise ConfigError("a run needs one trainer and at least one rollout task.")
-    groups = [
-        _group(
-            "trainer", 1, _task("trainer", trainers[0].argv, trainers[0].env, settings), settings
-        )
-    ]
+    if not trainers or not (rollouts or shadow):
+        raise ConfigError("a run needs a trainer and at least one rollout task.")
+    groups = [_trainer_group(trainers, settings)]
     if rollouts:  # a shadow learner (`coach-stream attach`) has none: it reads another run's
         rollout_task = _task("rollout", _rollout_argv(rollouts), rollouts[0].env, settings)
         groups.append(_group("rollout", len(rollouts), rollout_task, settings))

@@ -122,6 +122,34 @@ def test_launch_on_nomad_trains_cartpole_to_solved(
     nomad_double.assert_no_violations()
 
 
+def test_two_trainer_ranks_in_one_group_train_cartpole_to_solved(
+    nomad_double: NomadDouble, kafka_bootstrap: str, gcs_endpoint: str, gcs_bucket: str,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """``--trainers 2`` on Nomad: both ranks are tasks of the trainer group, meeting at its
+    dynamic ``rendezvous`` port; the run solves and both ranks end with it."""
+    env = cli_env(nomad_double.address, nomad_double.token, kafka_bootstrap, gcs_endpoint)
+    run_id = f"nomad-dp-{uuid.uuid4().hex[:8]}"
+    done = cli(
+        env, "launch", "cartpole-ppo", "--orchestrator", "nomad", "--workers", "2",
+        "--trainers", "2", "--run-id", run_id, "--checkpoints", f"gs://{gcs_bucket}",
+        "--state-dir", str(tmp_path), "--timeout", str(RUN_TIMEOUT_S),
+        timeout=RUN_TIMEOUT_S + 120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"run {run_id}: target_reached after" in done.stdout
+    job = nomad_double.jobs[job_id(run_id)].job
+    trainer = next(g for g in job["TaskGroups"] if g["Name"] == "trainer")
+    assert [t["Name"] for t in trainer["Tasks"]] == ["trainer", "trainer-1"]
+    assert trainer["Networks"][0]["DynamicPorts"] == [{"Label": "rendezvous"}]
+    joined = telemetry_until(
+        kafka_bootstrap, run_id, lambda t, e: t == "trainer-1" and e["event"] == "finished", 60
+    )
+    assert joined["reason"] == "target_reached"
+    nomad_double.wait_until(lambda: not nomad_double.pids(), timeout=60, what="no task left")
+    nomad_double.assert_no_violations()
+
+
 def test_status_logs_kill9_scale_and_stop_purge_while_it_trains(
     nomad_double: NomadDouble, kafka_bootstrap: str, gcs_endpoint: str, gcs_bucket: str,
     tmp_path: Path,

@@ -9,6 +9,7 @@ scaling up fills the lowest free ones, as Nomad's reconciler does.
 from __future__ import annotations
 
 import shutil
+import socket
 import threading
 import time
 from collections.abc import Mapping
@@ -26,6 +27,20 @@ from .scheduling import (
     reschedule_eligible,
 )
 from .templates import MissingVariableError, TemplateError
+
+
+def group_ports(group: dict[str, Any]) -> dict[str, int]:
+    """The ports a group's ``Networks`` ask for, as Nomad's scheduler assigns them on the
+    node: a ``ReservedPorts`` entry keeps its value, a ``DynamicPorts`` one gets a free port."""
+    ports: dict[str, int] = {}
+    for network in group.get("Networks") or []:
+        for port in network.get("ReservedPorts") or []:
+            ports[port["Label"]] = int(port["Value"])
+        for port in network.get("DynamicPorts") or []:
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                ports[port["Label"]] = int(probe.getsockname()[1])
+    return ports
 
 
 @dataclass
@@ -51,6 +66,8 @@ class Allocation:
     # Nomad's RescheduleTracker events: PrevAllocID, PrevNodeID, RescheduleTime, Delay (ns).
     reschedule_events: list[dict[str, Any]] = field(default_factory=list)
     reschedule_pending: bool = False
+    # The group network's ports: {label: port}, dynamic ones picked free on the node.
+    ports: dict[str, int] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -323,6 +340,7 @@ class Cluster:
             modify_time=time.time_ns(),
             previous_allocation=previous.id if previous else "",
             reschedule_events=reschedule_events or [],
+            ports=group_ports(group),
         )
         self.allocations[alloc_id] = alloc
         for task in group["Tasks"]:
@@ -363,6 +381,7 @@ class Cluster:
             changed=changed,
             sibling_failed=sibling_failed,
             docker_host=self.docker_host,
+            ports=alloc.ports,
         )
 
     def _task_variable(

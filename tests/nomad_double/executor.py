@@ -110,6 +110,7 @@ class TaskContext:
     changed: Callable[[], None]
     sibling_failed: Callable[[str], None]
     docker_host: str | None = None
+    ports: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -332,6 +333,10 @@ class TaskRunner:
                 "NOMAD_MEMORY_LIMIT": str(task["Resources"].get("MemoryMB", 300)),
             }
         )
+        for label, port in self.ctx.ports.items():  # the group network's, host networking
+            env[f"NOMAD_PORT_{label}"] = env[f"NOMAD_HOST_PORT_{label}"] = str(port)
+            env[f"NOMAD_IP_{label}"] = "127.0.0.1"
+            env[f"NOMAD_ADDR_{label}"] = f"127.0.0.1:{port}"
         for key, value in (task.get("Env") or {}).items():
             env[key] = interpolate(value, env, self.ctx.node)
         self._rendered = []
