@@ -5,6 +5,7 @@ announces and stores, and ``status`` shows both ranks."""
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ def _events(log: Path, kind: str) -> list[dict[str, object]]:
 def test_cartpole_ppo_with_two_trainer_ranks_solves_on_split_partitions(
     orchestrator: LocalOrchestrator, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
-    run_id = "dp-" + tmp_path.name[-12:].replace("_", "-")
+    run_id = f"dp-{uuid.uuid4().hex[:10]}"  # a fresh run on the session's broker
     settings = LaunchSettings(
         preset="cartpole-ppo",
         run_id=run_id,
