@@ -287,8 +287,11 @@ _BLOCKS = {
     "Config": "config",
     "Env": "env",
     "Meta": "meta",
+    "Networks": "network",
+    "DynamicPorts": "port",
 }
 _LABELLED = {"group", "task", "device"}  # blocks whose Name is their label
+_LABEL_KEYS = {"port": "Label"}  # blocks labelled by another key
 _RENAMES = {
     "CPU": "cpu",
     "MemoryMB": "memory",
@@ -345,6 +348,8 @@ def _hcl_body(obj: Mapping[str, Any], indent: int, verbatim: bool = False) -> li
                 label = ""
                 if block in _LABELLED:
                     label = " " + json.dumps(item.pop("Name"))
+                elif block in _LABEL_KEYS:
+                    label = " " + json.dumps(item.pop(_LABEL_KEYS[block]))
                 lines.append(f"{pad}{block}{label} {{")
                 lines += _hcl_body(item, indent + 1, verbatim=key in _VERBATIM)
                 lines.append(f"{pad}}}")

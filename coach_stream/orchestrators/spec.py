@@ -192,16 +192,14 @@ def trainer_tasks(settings: LaunchSettings, argv: tuple[str, ...]) -> list[TaskS
     if settings.trainers == 1:
         return [TaskSpec(name="trainer", group="trainer", argv=argv, env=env)]
     meeting = f"{settings.rendezvous_host}:{free_port(settings.rendezvous_host)}"
+    # the count too, unless a flag already set it: the ranks must agree on it
+    setting = f"trainer.count={settings.trainers}"
+    count = () if setting in settings.overrides else ("--set", setting)
     return [
         TaskSpec(
             name="trainer" if rank == 0 else f"trainer-{rank}",
             group="trainer",
-            # the count too: the ranks must agree on it whatever the preset says
-            argv=(
-                *argv,
-                *("--set", f"trainer.count={settings.trainers}"),
-                *("--rank", str(rank), "--rendezvous", meeting),
-            ),
+            argv=(*argv, *count, "--rank", str(rank), "--rendezvous", meeting),
             env=env,
         )
         for rank in range(settings.trainers)

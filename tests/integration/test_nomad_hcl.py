@@ -15,6 +15,7 @@ from typing import Any
 import hcl2
 import pytest
 from hcl2.utils import SerializationOptions
+from nomad_double import check_job
 
 from coach_stream.orchestrators import LaunchSettings, build_run_spec
 from coach_stream.orchestrators.nomad_job import (
@@ -76,12 +77,21 @@ def _body(hcl: dict[str, Any], variables: dict[str, Any], verbatim: bool = False
             key = BLOCK_KEYS[name]
             items = []
             for block in value:
-                if name in {"group", "task", "device"}:
+                if name in {"group", "task", "device", "port"}:
                     ((label, inner),) = block.items()
-                    items.append({"Name": label, **_body(inner, variables)})
+                    named = "Label" if name == "port" else "Name"
+                    items.append({named: label, **_body(inner, variables)})
                 else:
                     items.append(_body(block, variables, verbatim=key in VERBATIM))
-            many = key in {"TaskGroups", "Tasks", "Devices", "Templates", "Spreads"}
+            many = key in {
+                "TaskGroups",
+                "Tasks",
+                "Devices",
+                "Templates",
+                "Spreads",
+                "Networks",
+                "DynamicPorts",
+            }
             out[key] = items if many else items[0]
         else:
             key = {"id": "ID", "env": "Envvars"}.get(name) or _camel(name)
@@ -156,3 +166,27 @@ def test_dry_run_hcl_parses_back_to_the_json_job() -> None:
         NomadJobSettings(env=job_env("k:9092", "http://g:1"), secrets_var="nomad/jobs/x"),
     )
     assert hcl_job(job_hcl(job), {}) == job
+
+
+def test_two_trainer_ranks_are_tasks_of_one_group_with_a_rendezvous_port() -> None:
+    settings = LaunchSettings(
+        preset="cartpole-ppo",
+        run_id="hcl-3",
+        workers=2,
+        trainers=2,
+        kafka_bootstrap="k:9092",
+        checkpoints="gs://b",
+        gcs_emulator="http://g:1",
+    )
+    job = build_job(build_run_spec(settings), NomadJobSettings(env=job_env("k:9092", "http://g:1")))
+    assert check_job(job) == []  # Nomad's Go API Job type, no key it would ignore
+    trainer = job["TaskGroups"][0]
+    assert [t["Name"] for t in trainer["Tasks"]] == ["trainer", "trainer-1"]
+    assert trainer["Networks"] == [{"DynamicPorts": [{"Label": "rendezvous"}]}]
+    for rank, task in enumerate(trainer["Tasks"]):
+        args = task["Config"]["args"]
+        assert args[args.index("--rank") + 1] == str(rank)
+        assert args[args.index("--rendezvous") + 1] == "127.0.0.1:${NOMAD_PORT_rendezvous}"
+    text = job_hcl(job)
+    assert 'port "rendezvous" {' in text
+    assert hcl_job(text, {}) == job
