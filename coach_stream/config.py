@@ -280,12 +280,6 @@ class Preset(_Frozen):
                 f"trainer.count {self.trainer.count}: {self.algorithm} learns with one trainer "
                 "rank (data-parallel ranks are built for ppo and impala); set trainer.count to 1"
             )
-        if self.trainer.count > 1 and self.normalize.enabled:
-            raise ValueError(
-                f"trainer.count {self.trainer.count}: the normalize statistics are kept by one "
-                "trainer and are not merged across ranks yet; set trainer.count to 1 or remove "
-                "the normalize section"
-            )
         return self
 
     def check_normalizable(self, obs_shape: tuple[int, ...], obs_dtype: str) -> None:

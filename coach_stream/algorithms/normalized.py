@@ -42,10 +42,11 @@ class Normalized:
         collective: Collective = SOLO,
     ) -> Learner:
         self.preset.check_normalizable(tuple(shape.obs_shape), str(shape.obs_dtype))
-        learner = self.inner.make_learner(shape, workers, generator)
+        learner = self.inner.make_learner(shape, workers, generator, collective)
         config = self.preset.normalize
         gamma = config.gamma if config.gamma is not None else self.preset.discount
-        return NormalizingLearner(learner, config, gamma, tuple(shape.obs_shape))
+        obs_shape = tuple(shape.obs_shape)
+        return NormalizingLearner(learner, config, gamma, obs_shape, collective)
 
     def make_actor(self, shape: EnvShape, greedy: bool, seed: int) -> Actor:
         self.preset.check_normalizable(tuple(shape.obs_shape), str(shape.obs_dtype))

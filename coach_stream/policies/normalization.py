@@ -46,7 +46,14 @@ class RunningMeanStd:
         n = x.shape[0]
         if n == 0:
             return
-        batch_mean, batch_var = x.mean(axis=0), x.var(axis=0)
+        self.merge(x.mean(axis=0), x.var(axis=0), n)
+
+    def merge(
+        self, batch_mean: npt.NDArray[np.float64], batch_var: npt.NDArray[np.float64], n: int
+    ) -> None:
+        """Fold in the moments of ``n`` samples (another rank's batch: ``update``'s step)."""
+        if n == 0:
+            return
         if self.count == 0:
             self.mean, self.var, self.count = np.asarray(batch_mean), np.asarray(batch_var), n
             return

@@ -33,35 +33,40 @@ def learn(
     factory: LearnerFactory,
     chunks: Sequence[ExperienceChunk],
     version: int,
-    updates: int,
+    rounds: int,
     collective: Collective = SOLO,
 ) -> dict[str, torch.Tensor]:
-    """Ingest ``chunks``, take ``updates`` learn() calls; the policy's weights after them."""
+    """``rounds`` times: ingest ``chunks``, learn while the learner is ready, publish (take
+    ``policy_state_dict``, which moves a normalisation snapshot on). The last version's
+    weights (and statistics)."""
     torch.set_num_threads(1)
     learner = factory(collective)
-    learner.ingest(chunks, version)
-    for _ in range(updates):
+    published: dict[str, torch.Tensor] = {}
+    for _ in range(rounds):
+        learner.ingest(chunks, version)
         if not learner.ready():
             raise RuntimeError("the learner is not ready: give it a quota's worth of chunks")
-        learner.learn(0)
-    return {k: v.detach().clone() for k, v in learner.policy_state_dict().items()}
+        while learner.ready():
+            learner.learn(0)
+        published = {k: v.detach().clone() for k, v in learner.policy_state_dict().items()}
+    return published
 
 
 @dataclass(frozen=True)
 class Job:
-    """One comparison: each rank's chunks (``shares[rank]``), learned ``updates`` times."""
+    """One comparison: each rank's chunks (``shares[rank]``), learned for ``rounds``."""
 
     factory: LearnerFactory
     shares: Sequence[Sequence[ExperienceChunk]]
     version: int
-    updates: int
+    rounds: int
 
 
 def _rank_main(rank: int, world: int, port: int, jobs: Sequence[Job], results: Any) -> None:
     collective = TorchCollective(rank, world, "127.0.0.1", port, timeout_s=60)
     try:
         for index, job in enumerate(jobs):
-            weights = learn(job.factory, job.shares[rank], job.version, job.updates, collective)
+            weights = learn(job.factory, job.shares[rank], job.version, job.rounds, collective)
             # numpy arrays travel by value; tensors would go as shared memory freed at exit
             results.put((index, rank, {name: w.numpy() for name, w in weights.items()}))
     finally:

@@ -390,6 +390,7 @@ class Trainer:
             # on every publish, so that no rank has to know when rank 0 stores one
             self._parts = self.collective.gather_objects(self._part())
             if self.collective.rank != 0:  # rank 0 announces; the others count along
+                self.learner.policy_state_dict()  # its normalisation snapshot moves on too
                 self.version += 1
                 self.reader.commit()
                 return

@@ -25,9 +25,10 @@ import numpy as np
 import torch
 
 from coach_stream.config import NormalizeConfig
-from coach_stream.core import ExperienceChunk, Ingested, Learner
+from coach_stream.core import Collective, ExperienceChunk, Ingested, Learner
 from coach_stream.errors import ResumeError
 from coach_stream.policies.normalization import RunningMeanStd, Statistics
+from coach_stream.trainer.collective import SOLO
 
 _STATE_KEY = "normalize"
 
@@ -36,9 +37,17 @@ class NormalizingLearner:
     """A ``Learner`` that learns from normalised experience and publishes its statistics."""
 
     def __init__(
-        self, inner: Learner, config: NormalizeConfig, gamma: float, obs_shape: tuple[int, ...]
+        self,
+        inner: Learner,
+        config: NormalizeConfig,
+        gamma: float,
+        obs_shape: tuple[int, ...],
+        collective: Collective = SOLO,
     ) -> None:
         self.inner, self.config, self.gamma = inner, config, gamma
+        self.collective = collective
+        # K ranks: raw samples read since the ranks last merged their statistics
+        self._unmerged: dict[str, list[np.ndarray]] = {"obs": [], "return": []}
         self.obs_rms = RunningMeanStd(obs_shape) if config.observations else None
         self.return_rms = RunningMeanStd(()) if config.rewards else None
         self.returns: dict[str, float] = {}  # per (worker, env): the running discounted return
@@ -68,11 +77,37 @@ class NormalizingLearner:
 
     def observe(self, chunks: Sequence[ExperienceChunk]) -> None:
         """Fold raw chunks into the running statistics (in read order: per key, in order)."""
+        shared = self.collective.world > 1  # merged over every rank's samples in learn()
         if self.obs_rms is not None and chunks:
-            self.obs_rms.update(np.concatenate([c.observations[:-1] for c in chunks]))
+            observations = np.concatenate([c.observations[:-1] for c in chunks])
+            if shared:
+                self._unmerged["obs"].append(observations)
+            else:
+                self.obs_rms.update(observations)
         if self.return_rms is not None:
             for chunk in chunks:
-                self.return_rms.update(self._discounted_returns(chunk))
+                returns = self._discounted_returns(chunk)
+                if shared:
+                    self._unmerged["return"].append(returns)
+                else:
+                    self.return_rms.update(returns)
+
+    def _merge_ranks(self) -> None:
+        """K ranks: fold every rank's samples since the last merge into the statistics, in
+        rank order, so each rank holds the same statistics (those of the union of what
+        the ranks read), and the versions rank 0 publishes carry them."""
+        moments: dict[str, tuple[np.ndarray, np.ndarray, int] | None] = {}
+        for name, rms in (("obs", self.obs_rms), ("return", self.return_rms)):
+            pending, self._unmerged[name] = self._unmerged[name], []
+            if rms is None or not pending:
+                moments[name] = None
+                continue
+            x = np.concatenate(pending).astype(np.float64)
+            moments[name] = (x.mean(axis=0), x.var(axis=0), len(x))
+        for part in self.collective.gather_objects(moments):
+            for name, rms in (("obs", self.obs_rms), ("return", self.return_rms)):
+                if rms is not None and part[name] is not None:
+                    rms.merge(*part[name])
 
     def _discounted_returns(self, chunk: ExperienceChunk) -> np.ndarray:
         ret = 0.0 if chunk.first_step == 0 else self.returns.get(chunk.key, 0.0)
@@ -100,6 +135,8 @@ class NormalizingLearner:
         return self.inner.ready()
 
     def learn(self, env_steps: int) -> tuple[dict[str, float], bool]:
+        if self.collective.world > 1:
+            self._merge_ranks()
         metrics, publish = self.inner.learn(env_steps)
         if self.obs_rms is not None:
             metrics["normalize_obs_count"] = float(self.obs_rms.count)

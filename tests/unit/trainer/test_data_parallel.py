@@ -12,13 +12,14 @@ import dataclasses
 import numpy as np
 import torch
 
-from coach_stream.config import load_preset
+from coach_stream.config import NormalizeConfig, load_preset
 from coach_stream.core import Collective, ExperienceChunk, Learner
 from coach_stream.envs import probe_shape
 from coach_stream.policies.networks import ActorCritic
 from coach_stream.testing.chunks import make_chunk
 from coach_stream.testing.data_parallel import Job, LearnerFactory, learn, learn_in_ranks
 from coach_stream.trainer.impala import IMPALA, IMPALAConfig
+from coach_stream.trainer.normalize import NormalizingLearner
 from coach_stream.trainer.ppo import PPO, PPOConfig
 from coach_stream.transport.reader import own_partitions
 
@@ -53,6 +54,12 @@ def ppo(collective: Collective) -> Learner:
     )
 
 
+def ppo_normalized(collective: Collective) -> Learner:
+    """PPO through observation and reward normalisation: the statistics the ranks merge."""
+    normalize = NormalizeConfig(observations=True, rewards=True)
+    return NormalizingLearner(ppo(collective), normalize, 0.99, (4,), collective)
+
+
 def impala(collective: Collective) -> Learner:
     config = IMPALAConfig(batch_steps=TOTAL, norm_adv=True)
     return IMPALA(_net(), config, torch.Generator().manual_seed(0), collective=collective)
@@ -60,18 +67,19 @@ def impala(collective: Collective) -> Learner:
 
 def _job(factory: LearnerFactory, split: int) -> tuple[Job, list[ExperienceChunk]]:
     """Rank 0 holds the first ``split`` envs' chunks, rank 1 the rest (as partitions would)."""
-    chunks, updates = _chunks(), 1
+    chunks, rounds = _chunks(), 1
     if factory is impala:  # IMPALA takes batch_steps per update: two batches' worth
         chunks += [dataclasses.replace(c, chunk_seq=c.chunk_seq + 1) for c in chunks]
-        updates = 2
+    if factory is ppo_normalized:  # the second version learns through merged statistics
+        rounds = 2
     shares = [
         [c for c in chunks if c.worker_id < split],
         [c for c in chunks if c.worker_id >= split],
     ]
-    return Job(factory, shares, VERSION, updates), chunks
+    return Job(factory, shares, VERSION, rounds), chunks
 
 
-CASES = [(ppo, 3), (ppo, 1), (impala, 3), (impala, 1)]  # even and uneven shares
+CASES = [(ppo, 3), (ppo, 1), (impala, 3), (impala, 1), (ppo_normalized, 1)]  # uneven: split 1
 
 
 def test_two_ranks_learn_what_one_learner_learns_from_their_union() -> None:
@@ -80,10 +88,11 @@ def test_two_ranks_learn_what_one_learner_learns_from_their_union() -> None:
     initial = _net().state_dict()
     for (job, union_chunks), ranks, (factory, split) in zip(jobs, in_ranks, CASES, strict=True):
         case = f"{factory.__name__} split {split}"
-        union = learn(factory, union_chunks, VERSION, job.updates)
+        union = learn(factory, union_chunks, VERSION, job.rounds)
         assert union.keys() == ranks[0].keys() == ranks[1].keys()
         for name, weights in union.items():
-            assert not torch.equal(weights, initial[name]), f"{case} {name}: nothing learned"
+            moved = name not in initial or not torch.equal(weights, initial[name])
+            assert moved, f"{case} {name}: nothing learned"
             assert torch.equal(ranks[0][name], ranks[1][name]), f"{case} {name}: diverged"
             torch.testing.assert_close(
                 ranks[0][name], weights, rtol=1e-4, atol=1e-5, msg=f"{case} {name}"
