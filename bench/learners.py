@@ -166,6 +166,49 @@ def _gradient_steps(case: Case, updates: int, quota: int) -> int:
     return int(updates * c.update_epochs * max(1, -(-quota // c.minibatch_size)))
 
 
+def allreduce_rank(rank: int, port: int, numel: int, repeats: int, out: Any) -> None:
+    """Time ``repeats`` all-reduces of a gradient-sized buffer (rank 0 reports)."""
+    torch.set_num_threads(1)
+    group = TorchCollective(rank, 2, "127.0.0.1", port)
+    flat = torch.ones(numel)
+    group.sum(flat)  # warm-up: the pair's connection and buffers
+    began = time.perf_counter()
+    for _ in range(repeats):
+        group.sum(flat)
+    seconds = (time.perf_counter() - began) / repeats
+    copy = torch.empty_like(flat)
+    copy.copy_(flat)  # warm-up: the copy's pages
+    began = time.perf_counter()
+    for _ in range(repeats):
+        copy.copy_(flat)
+    copy_s = (time.perf_counter() - began) / repeats
+    if rank == 0:
+        out.put((seconds, copy_s))
+    group.close()
+
+
+def allreduce_cost(preset_name: str, repeats: int) -> tuple[int, float, float]:
+    """(parameters, all-reduce s, local copy s) for the preset's policy network, 2 ranks."""
+    preset = load_preset(preset_name)
+    builder = builder_for(preset)
+    shape = env_shape(make_vector_env(preset.env_id, 1, preset.env_wrappers))
+    learner = builder.make_learner(shape, 1, torch.Generator().manual_seed(1))
+    numel = sum(int(t.numel()) for t in learner.policy_state_dict().values())
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    port = free_port()
+    ranks = [
+        context.Process(target=allreduce_rank, args=(r, port, numel, repeats, out))
+        for r in range(2)
+    ]
+    for process in ranks:
+        process.start()
+    seconds, copy_s = out.get(timeout=600)
+    for process in ranks:
+        process.join()
+    return numel, seconds, copy_s
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer versions, < 60 s")
@@ -173,6 +216,11 @@ def main() -> int:
     parser.add_argument("--ranks", default="1,2")
     parser.add_argument("--workers", type=int, default=4, help="workers whose quota is learned")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument(
+        "--allreduce",
+        default="cartpole-ppo,pong-ppo",
+        help="presets whose policy-sized gradient buffer is all-reduced between 2 ranks",
+    )
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         print("learners: no CUDA GPU on this machine; the cuda figures are skipped")
@@ -200,6 +248,19 @@ def main() -> int:
                 gradient_steps=int(fig["gradient_steps"]),
                 versions=versions,
             )
+    for name in filter(None, args.allreduce.split(",")):
+        numel, seconds, copy_s = allreduce_cost(name, 5 if args.quick else 30)
+        jsonl.emit(
+            BENCH,
+            f"{name}_allreduce_ms_2_ranks",
+            1e3 * seconds,
+            "ms per all-reduce",
+            "a local copy of the same bytes (ms)",
+            1e3 * copy_s,
+            parameters=numel,
+            megabytes=round(4 * numel / 1e6, 2),
+            backend="gloo",
+        )
     return 0
 
 
