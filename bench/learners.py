@@ -36,7 +36,7 @@ from coach_stream.algorithms import builder_for
 from coach_stream.config import load_preset
 from coach_stream.core import Collective, ExperienceChunk
 from coach_stream.envs import env_shape, make_vector_env
-from coach_stream.testing.data_parallel import free_port
+from coach_stream.orchestrators.spec import free_port
 from coach_stream.trainer.collective import SOLO, TorchCollective
 from coach_stream.trainer.ppo import PPOConfig
 
@@ -131,7 +131,7 @@ def measure(case: Case) -> dict[str, float]:
     """The case's learner figures: steps/s over every rank, and per-step costs (rank 0)."""
     context = multiprocessing.get_context("spawn")
     out = context.Queue()
-    port = free_port()
+    port = free_port("127.0.0.1")
     parts = shares(case)
     ranks = [
         context.Process(target=run_rank, args=(r, port, case, parts[r], out))
@@ -196,7 +196,7 @@ def allreduce_cost(preset_name: str, repeats: int) -> tuple[int, float, float]:
     numel = sum(int(t.numel()) for t in learner.policy_state_dict().values())
     context = multiprocessing.get_context("spawn")
     out = context.Queue()
-    port = free_port()
+    port = free_port("127.0.0.1")
     ranks = [
         context.Process(target=allreduce_rank, args=(r, port, numel, repeats, out))
         for r in range(2)

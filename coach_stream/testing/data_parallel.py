@@ -9,7 +9,6 @@ sockets stay out of them.
 from __future__ import annotations
 
 import multiprocessing
-import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,16 +16,11 @@ from typing import Any
 import torch
 
 from coach_stream.core import Collective, ExperienceChunk, Learner
+from coach_stream.orchestrators.spec import free_port
 from coach_stream.trainer.collective import SOLO, TorchCollective
 
 LearnerFactory = Callable[[Collective], Learner]
 """Builds one rank's learner (a module-level function: it is pickled into the rank)."""
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def learn(
@@ -83,7 +77,7 @@ def learn_in_ranks(
         raise ValueError("every job needs one share per rank")
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
-    port = free_port()
+    port = free_port("127.0.0.1")
     ranks = [
         context.Process(target=_rank_main, args=(rank, world, port, list(jobs), results))
         for rank in range(world)
