@@ -363,18 +363,37 @@ class PPO(ActorCriticState):
         return [slice(a, b) for a, b in pairwise(bounds)]
 
     def _minibatch_step(self, batch: PPOBatch, mb: torch.Tensor) -> _Step:
-        """One gradient step on the minibatch ``mb`` (indices into ``batch``)."""
-        if self.collective.world > 1:
-            return self._shared_minibatch_step(batch, mb)
+        """One gradient step on the minibatch ``mb`` (indices into ``batch``).
+
+        With K ranks, ``mb`` is this rank's part of the step's minibatch: the advantages are
+        standardised by the union's moments and the gradients averaged weighted by each
+        part's rows, so the step is the one a single trainer holding the union would take.
+        A rank whose part is empty still joins both collectives.
+        """
+        c, n = self.config, len(mb)
+        mb_adv = batch.advantages[mb]
+        if c.norm_adv and (n > 1 or self.collective.world > 1):
+            mean, std = global_moments(self.collective, mb_adv)
+            mb_adv = (mb_adv - mean) / (std + 1e-8)
+        self.optimizer.zero_grad()
+        if n:
+            step = self._loss_backward(batch, mb, mb_adv)
+        else:
+            empty = torch.zeros(0)
+            step = _Step(torch.zeros(()), torch.zeros(()), torch.zeros(()), empty, empty)
+        average_gradients(self.collective, self._params, float(n))
+        nn.utils.clip_grad_norm_(self._params, c.max_grad_norm)
+        self.optimizer.step()
+        return step
+
+    def _loss_backward(self, batch: PPOBatch, mb: torch.Tensor, mb_adv: torch.Tensor) -> _Step:
+        """The clipped objective on ``mb``, its gradients left in ``.grad``."""
         c = self.config
         _, newlogprob, entropy, newvalue = self.net.get_action_and_value(
             batch.observations[mb], batch.actions[mb]
         )
         logratio = newlogprob - batch.log_probs[mb]
         ratio = logratio.exp()
-        mb_adv = batch.advantages[mb]
-        if c.norm_adv and len(mb) > 1:
-            mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
         # Policy loss: the clipped surrogate objective.
         clipped_ratio = torch.clamp(ratio, 1 - c.clip_coef, 1 + c.clip_coef)
         pg_loss = torch.max(-mb_adv * ratio, -mb_adv * clipped_ratio).mean()
@@ -389,53 +408,6 @@ class PPO(ActorCriticState):
         if c.ent_coef:  # the entropy enters the graph only when it is in the loss
             entropy = entropy.mean()
             loss = loss - c.ent_coef * entropy
-        self.optimizer.zero_grad()
-        loss.backward()  # type: ignore[no-untyped-call]
-        nn.utils.clip_grad_norm_(self._params, c.max_grad_norm)
-        self.optimizer.step()
-        return _Step(pg_loss, v_loss, entropy, logratio, ratio)
-
-    def _shared_minibatch_step(self, batch: PPOBatch, mb: torch.Tensor) -> _Step:
-        """``_minibatch_step`` on K ranks: the loss of the union of every rank's part.
-
-        The advantages are standardised by the union's moments and the gradients averaged
-        weighted by each part's rows, so the step is the one a single trainer holding the
-        union would take. A rank whose part is empty still joins both collectives.
-        """
-        c, n = self.config, len(mb)
-        mb_adv = batch.advantages[mb]
-        if c.norm_adv:
-            mean, std = global_moments(self.collective, mb_adv)
-            mb_adv = (mb_adv - mean) / (std + 1e-8)
-        self.optimizer.zero_grad()
-        if n == 0:
-            empty = torch.zeros(0)
-            step = _Step(torch.zeros(()), torch.zeros(()), torch.zeros(()), empty, empty)
-        else:
-            step = self._loss_backward(batch, mb, mb_adv)
-        average_gradients(self.collective, self._params, float(n))
-        nn.utils.clip_grad_norm_(self._params, c.max_grad_norm)
-        self.optimizer.step()
-        return step
-
-    def _loss_backward(self, batch: PPOBatch, mb: torch.Tensor, mb_adv: torch.Tensor) -> _Step:
-        """The clipped objective of one rank's part, its gradients left in ``.grad``."""
-        c = self.config
-        _, newlogprob, entropy, newvalue = self.net.get_action_and_value(
-            batch.observations[mb], batch.actions[mb]
-        )
-        logratio = newlogprob - batch.log_probs[mb]
-        ratio = logratio.exp()
-        clipped_ratio = torch.clamp(ratio, 1 - c.clip_coef, 1 + c.clip_coef)
-        pg_loss = torch.max(-mb_adv * ratio, -mb_adv * clipped_ratio).mean()
-        mb_returns, mb_values = batch.returns[mb], batch.values[mb]
-        v_loss_per = (newvalue - mb_returns) ** 2
-        if c.clip_vloss:
-            v_clipped = mb_values + torch.clamp(newvalue - mb_values, -c.clip_coef, c.clip_coef)
-            v_loss_per = torch.max(v_loss_per, (v_clipped - mb_returns) ** 2)
-        v_loss = 0.5 * v_loss_per.mean()
-        entropy = entropy.mean()
-        loss = pg_loss + v_loss * c.vf_coef - c.ent_coef * entropy
         loss.backward()  # type: ignore[no-untyped-call]
         return _Step(pg_loss, v_loss, entropy, logratio, ratio)
 
