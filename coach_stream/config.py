@@ -161,8 +161,8 @@ class TrainerConfig(_Frozen):
     stays ``cpu``: the built-in MLP presets are faster on one CPU thread than on a GPU."""
     count: int = Field(default=1, ge=1, le=64)
     """Data-parallel trainer ranks (``launch --trainers``): each reads its share of the
-    experience partitions and all-reduces its gradients, rank 0 stores and announces (PPO
-    and IMPALA; at most one rank per partition, i.e. per rollout worker)."""
+    experience partitions and all-reduces its gradients, rank 0 stores and announces (at
+    most one rank per partition, i.e. per rollout worker)."""
     collective_timeout_s: float = Field(default=60.0, gt=0)
     """How long a rank waits for the others in a collective before it gives up (a rank that
     died mid all-reduce): the ranks then exit and restart from the newest trainer state."""
@@ -277,8 +277,8 @@ class Preset(_Frozen):
             )
         if self.trainer.count > 1 and not builder.data_parallel:
             raise ValueError(
-                f"trainer.count {self.trainer.count}: {self.algorithm} learns with one trainer "
-                "rank (data-parallel ranks are built for ppo and impala); set trainer.count to 1"
+                f"trainer.count {self.trainer.count}: {self.algorithm}'s learner does not "
+                "all-reduce across trainer ranks; set trainer.count to 1"
             )
         return self
 

@@ -43,7 +43,8 @@ class Builder:
     refill: ClassVar[bool] = False
     """A resuming trainer re-reads the log into replay (the off-policy learners)."""
     data_parallel: ClassVar[bool] = False
-    """Its learner all-reduces across K trainer ranks (``trainer.count``: PPO, IMPALA)."""
+    """Its learner all-reduces across K trainer ranks (``trainer.count``); a new algorithm
+    opts in once its learner averages its gradients through the ``Collective``."""
     learns_from_any_policy: ClassVar[bool] = False
     """It can learn from experience another run's policy acted (``coach-stream attach``):
     the replay learners, and IMPALA, whose V-trace weighs each step by its own policy's
@@ -87,6 +88,7 @@ class ReplayBuilder(Builder):
     behaviour = False
     refill = True
     learns_from_any_policy = True
+    data_parallel = True
 
 
 class ActorCriticBuilder(Builder):

@@ -64,6 +64,7 @@ class DQNBuilder(ReplayBuilder):
             generator,
             learner_device(self.preset),
             obs_dtype=shape.obs_dtype,
+            collective=collective,
         )
 
     def make_actor(self, shape: EnvShape, greedy: bool, seed: int) -> Actor:

@@ -70,6 +70,7 @@ class SACBuilder(ReplayBuilder):
             shape.action_shape,
             generator,
             learner_device(self.preset),
+            collective,
         )
 
     def make_actor(self, shape: EnvShape, greedy: bool, seed: int) -> Actor:

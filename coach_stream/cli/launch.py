@@ -149,9 +149,8 @@ def launch(
         "--trainers",
         min=1,
         max=64,
-        help="Data-parallel trainer ranks, one consumer share of the experience partitions "
-        "each, gradients all-reduced (PPO, IMPALA; at most --workers). Default: the "
-        "preset's trainer.count (1).",
+        help="Data-parallel trainer ranks, one share of the experience partitions each, "
+        "gradients all-reduced (at most --workers). Default: the preset's trainer.count (1).",
     ),
     *,
     flags: RunFlags,

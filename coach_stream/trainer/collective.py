@@ -138,6 +138,15 @@ def global_moments(
     return like(mean), like(std)
 
 
+def average_optimizer_gradients(
+    collective: Collective, optimizer: torch.optim.Optimizer, weight: float
+) -> None:
+    """``average_gradients`` over every parameter ``optimizer`` steps."""
+    if collective.world > 1:
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        average_gradients(collective, params, weight)
+
+
 def average_gradients(
     collective: Collective, params: Sequence[torch.nn.Parameter], weight: float
 ) -> None:

@@ -40,7 +40,9 @@ from pydantic import Field
 from torch import nn, optim
 
 from coach_stream.config import FrozenModel
+from coach_stream.core import Collective
 from coach_stream.policies.networks import QNetwork
+from coach_stream.trainer.collective import SOLO, average_optimizer_gradients
 from coach_stream.trainer.device import CPU, cpu_state_dict
 from coach_stream.trainer.replay import ReplayBuffer, ReplayFed, SamplesPerInsertLimiter
 
@@ -98,9 +100,12 @@ class DQN(ReplayFed):
         generator: torch.Generator,
         device: torch.device = CPU,
         obs_dtype: str = "float32",
+        collective: Collective = SOLO,
     ) -> None:
-        """``obs_dtype``: the env's; frames are stored as uint8 and scaled by the network."""
-        self.device = device
+        """``obs_dtype``: the env's; frames are stored as uint8 and scaled by the network.
+        ``collective``: K trainer ranks, each sampling its own buffer; the gradients of
+        their minibatches are averaged (a K x ``batch_size`` step)."""
+        self.device, self.collective = device, collective
         q_network, target_network = q_network.to(device), target_network.to(device)
         self.q_network, self.target_network, self.config = q_network, target_network, config
         self.target_network.load_state_dict(q_network.state_dict())
@@ -145,6 +150,7 @@ class DQN(ReplayFed):
 
             self.optimizer.zero_grad()
             loss.backward()  # type: ignore[no-untyped-call]
+            average_optimizer_gradients(self.collective, self.optimizer, c.batch_size)
             nn.utils.clip_grad_norm_(self._params, c.max_grad_norm)
             self.optimizer.step()
             self.limiter.sample(c.batch_size)

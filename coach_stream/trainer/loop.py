@@ -195,8 +195,9 @@ class Trainer:
         )
         self._consume(self._after_refill)
         self._after_refill = []
-        self.env_steps += self._unagreed_steps  # one trainer: no refill with K ranks
-        self._unagreed_steps = 0
+        if self.collective.world == 1:  # K ranks: the first pass's _agree sums them
+            self.env_steps += self._unagreed_steps
+            self._unagreed_steps = 0
         return None
 
     def _handover(self, done: RunFinished | None) -> dict[str, object]:
@@ -222,7 +223,12 @@ class Trainer:
         self.version, self.env_steps = handover["version"], handover["env_steps"]
         self.resumed_from = handover["resumed_from"]
         self.ledger.restore(handover["last_seqs"], {})
-        self.reader.seek(handover["positions"])  # its own partitions' part of them
+        if self.settings.refill:  # its replay buffer: its own partitions' log, re-read
+            self._refill(handover["positions"])
+            self._consume(self._after_refill)
+            self._after_refill = []
+        else:
+            self.reader.seek(handover["positions"])  # its own partitions' part of them
         self.events(
             "joined",
             {
@@ -511,6 +517,9 @@ class Trainer:
         moved: chunks before ``target`` only refill the buffer, chunks past it are new
         experience and are consumed (counted) normally once the trainer is running.
         """
+        if self.collective.world > 1:  # another rank re-reads the other partitions
+            own = self.reader.positions()
+            target = {p: offset for p, offset in target.items() if p in own}
         self.reader.seek(dict.fromkeys(target, 0))
         positions, refilled, idle_since = self.reader.positions(), 0, self.clock()
         while any(positions.get(p, 0) < offset for p, offset in target.items()):

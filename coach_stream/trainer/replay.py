@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from coach_stream.core import ExperienceChunk, Ingested
+from coach_stream.core import Collective, ExperienceChunk, Ingested
+from coach_stream.trainer.collective import total_count
 from coach_stream.trainer.device import to_device
 
 
@@ -148,12 +149,19 @@ class SamplesPerInsertLimiter:
 
 class ReplayFed:
     """How an off-policy learner takes experience: every step into the buffer, paced by
-    the limiter (DQN and SAC). The learner sets ``buffer``, ``limiter`` and
-    ``sample_size`` (its minibatch) in its constructor."""
+    the limiter (DQN and SAC). The learner sets ``buffer``, ``limiter``, ``sample_size``
+    (its minibatch) and ``collective`` in its constructor.
+
+    With K trainer ranks each rank's buffer holds its partitions' share and its limiter
+    paces its own sampling; a gradient step needs every rank (its gradients are averaged),
+    so ``ready`` holds when every rank can sample and ``wants_data`` when any rank wants
+    more inserts: both are the same on every rank, as the loop's collectives need.
+    """
 
     buffer: ReplayBuffer
     limiter: SamplesPerInsertLimiter
     sample_size: int
+    collective: Collective
 
     def ingest(self, chunks: Sequence[ExperienceChunk], version: int) -> Ingested:
         used = 0
@@ -167,7 +175,11 @@ class ReplayFed:
             self.buffer.add_chunk(chunk)
 
     def wants_data(self) -> bool:
-        return self.limiter.wants_inserts()
+        wants = self.limiter.wants_inserts()
+        return wants if self.collective.world == 1 else total_count(self.collective, wants) > 0
 
     def ready(self) -> bool:
-        return self.buffer.size > 0 and self.limiter.can_sample(self.sample_size)
+        ready = self.buffer.size > 0 and self.limiter.can_sample(self.sample_size)
+        if self.collective.world == 1:
+            return ready
+        return total_count(self.collective, ready) == self.collective.world

@@ -31,7 +31,9 @@ from pydantic import Field
 from torch import optim
 
 from coach_stream.config import FrozenModel
+from coach_stream.core import Collective
 from coach_stream.policies.networks import SoftQNetwork, SquashedGaussianActor
+from coach_stream.trainer.collective import SOLO, average_optimizer_gradients
 from coach_stream.trainer.device import CPU, cpu_state_dict
 from coach_stream.trainer.replay import ReplayBuffer, ReplayFed, SamplesPerInsertLimiter
 
@@ -86,8 +88,9 @@ class SAC(ReplayFed):
         action_shape: tuple[int, ...],
         generator: torch.Generator,
         device: torch.device = CPU,
+        collective: Collective = SOLO,
     ) -> None:
-        self.device = device
+        self.device, self.collective = device, collective  # K ranks: gradients averaged
         actor = actor.to(device)
         q_networks = (q_networks[0].to(device), q_networks[1].to(device))
         target_networks = (target_networks[0].to(device), target_networks[1].to(device))
@@ -175,6 +178,7 @@ class SAC(ReplayFed):
         q_loss = F.mse_loss(q1, target) + F.mse_loss(q2, target)
         self.q_optimizer.zero_grad()
         q_loss.backward()  # type: ignore[no-untyped-call]
+        average_optimizer_gradients(self.collective, self.q_optimizer, c.batch_size)
         self.q_optimizer.step()
 
         actor_loss: float | None = None
@@ -186,6 +190,7 @@ class SAC(ReplayFed):
             loss = (alpha * log_pi - q_pi).mean()
             self.actor_optimizer.zero_grad()
             loss.backward()
+            average_optimizer_gradients(self.collective, self.actor_optimizer, c.batch_size)
             self.actor_optimizer.step()
             actor_loss = loss.item()
             if c.autotune:
@@ -194,6 +199,7 @@ class SAC(ReplayFed):
                 ).mean()
                 self.alpha_optimizer.zero_grad()
                 alpha_loss.backward()  # type: ignore[no-untyped-call]
+                average_optimizer_gradients(self.collective, self.alpha_optimizer, c.batch_size)
                 self.alpha_optimizer.step()
 
         with torch.no_grad():  # Polyak-average the targets after every gradient step

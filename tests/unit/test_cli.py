@@ -88,7 +88,6 @@ def test_checkpoint_urls_that_are_refused(given: str, says: str) -> None:
     [
         (["launch", "cartpole-ppo", "--trainers", "0"], "--trainers"),
         (["launch", "cartpole-ppo", "--workers", "2", "--trainers", "3"], "use --trainers 2"),
-        (["launch", "cartpole-dqn", "--trainers", "2"], "data-parallel ranks are built for"),
         (["train", "--preset", "cartpole-ppo", "--run-id", "r", "--rank", "1"], "--rank 1"),
         (
             ["train", "--preset", "cartpole-ppo", "--run-id", "r", "--set", "trainer.count=2"],

@@ -12,6 +12,7 @@ import dataclasses
 import numpy as np
 import torch
 
+from coach_stream.algorithms import builder_for
 from coach_stream.config import NormalizeConfig, load_preset
 from coach_stream.core import Collective, ExperienceChunk, Learner
 from coach_stream.envs import probe_shape
@@ -104,3 +105,46 @@ def test_each_partition_belongs_to_exactly_one_rank() -> None:
     shares = [own_partitions(partitions, rank, 3) for rank in range(3)]
     assert shares == [[0, 3, 6], [1, 4], [2, 5]]
     assert sorted(p for share in shares for p in share) == partitions
+
+
+def dqn(collective: Collective) -> Learner:
+    preset = load_preset("cartpole-dqn", ["dqn.learning_starts=16", "dqn.batch_size=8"])
+    return builder_for(preset).make_learner(
+        probe_shape("CartPole-v1"), 2, torch.Generator().manual_seed(0), collective
+    )
+
+
+def sac(collective: Collective) -> Learner:
+    preset = load_preset("pendulum-sac", ["sac.learning_starts=16", "sac.batch_size=8"])
+    return builder_for(preset).make_learner(
+        probe_shape("Pendulum-v1"), 2, torch.Generator().manual_seed(0), collective
+    )
+
+
+def _replay_chunks(obs: int, continuous: bool) -> list[ExperienceChunk]:
+    chunks = []
+    for i in range(CHUNKS):
+        chunk = make_chunk(STEPS, (obs,), seed=i, ended=i % 2 == 0, behaviour=False)
+        if continuous:
+            actions = np.clip(np.random.default_rng(i).normal(size=(STEPS, 1)), -2, 2)
+            chunk = dataclasses.replace(chunk, actions=actions.astype(np.float32))
+        else:
+            chunk.actions[:] = np.clip(chunk.actions, 0, 1)
+        chunks.append(dataclasses.replace(chunk, worker_id=i, env_index=0))
+    return chunks
+
+
+def test_replay_learner_ranks_sample_their_own_buffers_and_keep_identical_weights() -> None:
+    """DQN and SAC ranks (each buffer its partitions' share) take the same number of
+    gradient steps on averaged gradients, so they hold the same weights afterwards."""
+    jobs = [
+        Job(dqn, [chunks[:3], chunks[3:]], 0, 1) for chunks in [_replay_chunks(4, continuous=False)]
+    ] + [
+        Job(sac, [chunks[:3], chunks[3:]], 0, 1) for chunks in [_replay_chunks(3, continuous=True)]
+    ]
+    for job, ranks in zip(jobs, learn_in_ranks(jobs), strict=True):
+        alone = learn(job.factory, job.shares[0], 0, 1)
+        for name, weights in ranks[0].items():
+            assert torch.equal(weights, ranks[1][name]), f"{job.factory.__name__} {name}"
+        # rank 0 learned from more than its own share: not what it learns alone
+        assert any(not torch.equal(ranks[0][k], alone[k]) for k in alone)
