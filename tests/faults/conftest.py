@@ -33,16 +33,27 @@ def unavailable(what: str, why: object) -> None:
     pytest.skip(message)
 
 
+START_ATTEMPTS = 3
+"""A broker's ports are picked free before its JVM binds them, seconds later; on a busy
+machine another process's outgoing connection can take one meanwhile (one start in 120
+under load was lost so). Each attempt picks new ports."""
+
+
 @pytest.fixture
 def drill_broker(tmp_path: Path) -> Iterator[DrillBroker]:
-    broker = DrillBroker(tmp_path / "kafka")
-    try:
-        broker.start()
-    except CoachStreamError as error:
+    error: CoachStreamError | None = None
+    for attempt in range(START_ATTEMPTS):
+        broker = DrillBroker(tmp_path / f"kafka-{attempt}")
+        try:
+            broker.start()
+        except CoachStreamError as failed:
+            broker.kill()
+            error = failed
+            continue
+        yield broker
         broker.kill()
-        unavailable("a Kafka broker for the drill", error)
-    yield broker
-    broker.kill()
+        return
+    unavailable("a Kafka broker for the drill", error)
 
 
 @pytest.fixture
@@ -64,14 +75,19 @@ def small_disk_broker(tmp_path: Path) -> Iterator[DrillBroker]:
 
 @pytest.fixture
 def drill_gcs(tmp_path: Path) -> Iterator[DrillGcs]:
-    emulator = DrillGcs(tmp_path / "gcs")
-    try:
-        emulator.start()
-    except CoachStreamError as error:
+    error: CoachStreamError | None = None
+    for attempt in range(START_ATTEMPTS):  # a free port taken before the bind, as above
+        emulator = DrillGcs(tmp_path / f"gcs-{attempt}")
+        try:
+            emulator.start()
+        except CoachStreamError as failed:
+            emulator.kill()
+            error = failed
+            continue
+        yield emulator
         emulator.kill()
-        unavailable("fake-gcs-server for the drill", error)
-    yield emulator
-    emulator.kill()
+        return
+    unavailable("fake-gcs-server for the drill", error)
 
 
 @pytest.fixture
