@@ -36,7 +36,7 @@ from coach_stream.algorithms import builder_for
 from coach_stream.config import load_preset
 from coach_stream.core import Collective, ExperienceChunk
 from coach_stream.envs import env_shape, make_vector_env
-from coach_stream.orchestrators.spec import free_port
+from coach_stream.processes import free_port
 from coach_stream.trainer.collective import SOLO, TorchCollective
 from coach_stream.trainer.ppo import PPOConfig
 

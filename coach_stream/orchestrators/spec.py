@@ -8,7 +8,6 @@ which is why every task gets the same ``--kafka`` / ``--checkpoints`` / ``--set`
 
 from __future__ import annotations
 
-import socket
 import sys
 import time
 import uuid
@@ -20,6 +19,7 @@ from coach_stream.errors import ConfigError
 from coach_stream.orchestrators.plan import RunSpec, TaskSpec
 from coach_stream.orchestrators.state import SupervisorConfig
 from coach_stream.orchestrators.zygote_client import DEFAULT_IDLE_S, ZygoteClient
+from coach_stream.processes import free_port
 from coach_stream.runids import check_run_id
 from coach_stream.transport.settings import KafkaSecurity, KafkaSettings
 
@@ -191,6 +191,7 @@ def trainer_tasks(settings: LaunchSettings, argv: tuple[str, ...]) -> list[TaskS
     env = dict(settings.extra_env)
     if settings.trainers == 1:
         return [TaskSpec(name="trainer", group="trainer", argv=argv, env=env)]
+    # below the ephemeral range: rank 0 binds it seconds later, after its imports
     meeting = f"{settings.rendezvous_host}:{free_port(settings.rendezvous_host)}"
     # the count too, unless a flag already set it: the ranks must agree on it
     setting = f"trainer.count={settings.trainers}"
@@ -204,13 +205,6 @@ def trainer_tasks(settings: LaunchSettings, argv: tuple[str, ...]) -> list[TaskS
         )
         for rank in range(settings.trainers)
     ]
-
-
-def free_port(host: str) -> int:
-    """A TCP port nobody listens on now (the OS's pick)."""
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
 
 
 def warm_supervisor(config: SupervisorConfig | None = None) -> SupervisorConfig:

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from coach_stream.core import Collective, ExperienceChunk, Learner
-from coach_stream.orchestrators.spec import free_port
+from coach_stream.processes import free_port
 from coach_stream.trainer.collective import SOLO, TorchCollective
 
 LearnerFactory = Callable[[Collective], Learner]
