@@ -18,8 +18,8 @@ from __future__ import annotations
 from functools import cache
 from typing import Annotated, Any, Protocol, Union
 
-import torch
 from pydantic import Field, TypeAdapter
+from torch import Generator
 
 from coach_stream.algorithms.common import Builder
 from coach_stream.algorithms.dqn import DQNBuilder
@@ -40,11 +40,7 @@ class AlgorithmBuilder(Protocol):
     """Everything that differs between algorithms, built from one preset."""
 
     def make_learner(
-        self,
-        shape: EnvShape,
-        workers: int,
-        generator: torch.Generator,
-        collective: Collective = SOLO,
+        self, shape: EnvShape, workers: int, generator: Generator, collective: Collective = SOLO
     ) -> Learner:
         """The trainer's learner with fresh networks (seeded from ``generator``'s seed)."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import torch
+from torch import Generator
 
 from coach_stream.config import Preset
 from coach_stream.core import Actor, Collective, Learner, Mode
@@ -61,11 +62,7 @@ class Builder:
         return self.preset.rollout.chunk_steps
 
     def make_learner(
-        self,
-        shape: EnvShape,
-        workers: int,
-        generator: torch.Generator,
-        collective: Collective = SOLO,
+        self, shape: EnvShape, workers: int, generator: Generator, collective: Collective = SOLO
     ) -> Learner:
         raise NotImplementedError
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
+from torch import Generator
 
 from coach_stream.algorithms.common import ReplayBuilder, learner_device
 from coach_stream.config import Preset
@@ -43,11 +44,7 @@ class DQNBuilder(ReplayBuilder):
         self.config = preset.section_of(DQNConfig)
 
     def make_learner(
-        self,
-        shape: EnvShape,
-        workers: int,
-        generator: torch.Generator,
-        collective: Collective = SOLO,
+        self, shape: EnvShape, workers: int, generator: Generator, collective: Collective = SOLO
     ) -> Learner:
         if shape.continuous:  # a task refuses (exit 2) rather than crash-loop
             raise ConfigError(

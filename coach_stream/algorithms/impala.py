@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
+from torch import Generator
 
 from coach_stream.algorithms.common import (
     ActorCriticBuilder,
@@ -47,11 +48,7 @@ class IMPALABuilder(ActorCriticBuilder):
         self.config = preset.section_of(IMPALAConfig)
 
     def make_learner(
-        self,
-        shape: EnvShape,
-        workers: int,
-        generator: torch.Generator,
-        collective: Collective = SOLO,
+        self, shape: EnvShape, workers: int, generator: Generator, collective: Collective = SOLO
     ) -> Learner:
         torch.manual_seed(generator.initial_seed())
         return IMPALA(

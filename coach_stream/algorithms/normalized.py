@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import torch
+from torch import Generator
 
 from coach_stream.config import Preset
 from coach_stream.core import Actor, Collective, Learner
@@ -35,11 +35,7 @@ class Normalized:
         return getattr(self.inner, name)
 
     def make_learner(
-        self,
-        shape: EnvShape,
-        workers: int,
-        generator: torch.Generator,
-        collective: Collective = SOLO,
+        self, shape: EnvShape, workers: int, generator: Generator, collective: Collective = SOLO
     ) -> Learner:
         self.preset.check_normalizable(tuple(shape.obs_shape), str(shape.obs_dtype))
         learner = self.inner.make_learner(shape, workers, generator, collective)

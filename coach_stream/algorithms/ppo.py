@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
+from torch import Generator
 
 from coach_stream.algorithms.common import (
     ActorCriticBuilder,
@@ -60,11 +61,7 @@ class PPOBuilder(ActorCriticBuilder):
         return max(1, workers) * self.preset.rollout.num_envs * self.share_steps
 
     def make_learner(
-        self,
-        shape: EnvShape,
-        workers: int,
-        generator: torch.Generator,
-        collective: Collective = SOLO,
+        self, shape: EnvShape, workers: int, generator: Generator, collective: Collective = SOLO
     ) -> Learner:
         torch.manual_seed(generator.initial_seed())
         return PPO(

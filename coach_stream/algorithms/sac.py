@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
+from torch import Generator
 
 from coach_stream.algorithms.common import ReplayBuilder, learner_device
 from coach_stream.config import Preset
@@ -52,11 +53,7 @@ class SACBuilder(ReplayBuilder):
             )
 
     def make_learner(
-        self,
-        shape: EnvShape,
-        workers: int,
-        generator: torch.Generator,
-        collective: Collective = SOLO,
+        self, shape: EnvShape, workers: int, generator: Generator, collective: Collective = SOLO
     ) -> Learner:
         self._continuous(shape)
         torch.manual_seed(generator.initial_seed())
