@@ -41,7 +41,7 @@ from coach_stream.core import Collective, ExperienceChunk, Ingested
 from coach_stream.policies.networks import ActorCritic, GaussianActorCritic
 from coach_stream.trainer.collective import (
     SOLO,
-    average_gradients,
+    average_optimizer_gradients,
     global_moments,
     total_count,
 )
@@ -243,7 +243,7 @@ class IMPALA(ActorCriticState):
                 global_moments(self.collective, torch.zeros(0))
             metrics["batch_steps"] = 0.0
         rows = int(metrics.get("batch_steps", 0))
-        average_gradients(self.collective, list(self.net.parameters()), float(rows))
+        average_optimizer_gradients(self.collective, self.optimizer, float(rows))
         nn.utils.clip_grad_norm_(self.net.parameters(), c.max_grad_norm)
         self.optimizer.step()
         self._updates += 1
