@@ -39,6 +39,7 @@ from coach_stream.envs import env_shape, make_vector_env
 from coach_stream.processes import free_port
 from coach_stream.trainer.collective import SOLO, TorchCollective
 from coach_stream.trainer.ppo import PPOConfig
+from coach_stream.trainer.rendezvous import FixedRendezvous
 
 BENCH = "learners"
 
@@ -96,7 +97,8 @@ def shares(case: Case) -> list[list[ExperienceChunk]]:
 
 def run_rank(rank: int, port: int, case: Case, share: list[ExperienceChunk], out: Any) -> None:
     torch.set_num_threads(1)
-    inner = SOLO if case.ranks == 1 else TorchCollective(rank, case.ranks, "127.0.0.1", port)
+    meeting = FixedRendezvous(("127.0.0.1", port))
+    inner = SOLO if case.ranks == 1 else TorchCollective(rank, case.ranks, meeting)
     collective = Timed(inner)
     preset = load_preset(case.preset, [f"trainer.device={case.device}"])
     builder = builder_for(preset)
@@ -169,7 +171,7 @@ def _gradient_steps(case: Case, updates: int, quota: int) -> int:
 def allreduce_rank(rank: int, port: int, numel: int, repeats: int, out: Any) -> None:
     """Time ``repeats`` all-reduces of a gradient-sized buffer (rank 0 reports)."""
     torch.set_num_threads(1)
-    group = TorchCollective(rank, 2, "127.0.0.1", port)
+    group = TorchCollective(rank, 2, FixedRendezvous(("127.0.0.1", port)))
     flat = torch.ones(numel)
     group.sum(flat)  # warm-up: the pair's connection and buffers
     began = time.perf_counter()

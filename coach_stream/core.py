@@ -158,7 +158,21 @@ class EvaluationReport:
         return sum(self.returns) / len(self.returns) if self.returns else float("nan")
 
 
-ControlMessage = PolicyVersion | RunFinished | EvaluationReport
+@dataclass(frozen=True)
+class TrainerRendezvous:
+    """Where rank 0 of the run's ``world`` data-parallel trainers listens (``HOST:PORT``).
+
+    Announced when rank 0 starts on a node the orchestrator picked (Nomad): the other ranks
+    join the newest one. Rollout workers and the evaluator ignore it.
+    """
+
+    run_id: str
+    address: str
+    world: int
+    created_at_ms: int
+
+
+ControlMessage = PolicyVersion | RunFinished | EvaluationReport | TrainerRendezvous
 
 
 @dataclass(frozen=True)
@@ -419,3 +433,17 @@ class Collective(Protocol):
 
     def gather_objects(self, value: Any) -> list[Any]:
         """Every rank's ``value``, in rank order, on every rank."""
+
+
+class Rendezvous(Protocol):
+    """Where data-parallel trainer ranks meet (``trainer/rendezvous.py``): rank 0 listens
+    and says where, the others find it (an address given to all, or one announced)."""
+
+    def listen_address(self) -> tuple[str, int]:
+        """Where rank 0 listens (on its own node)."""
+
+    def announce(self, address: tuple[str, int]) -> None:
+        """Rank 0, once listening at ``address``: tell the other ranks."""
+
+    def find_rank0(self, timeout_s: float) -> tuple[str, int] | None:
+        """Where rank 0 listens, as newly as known (None: not known within ``timeout_s``)."""

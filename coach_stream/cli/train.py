@@ -23,7 +23,7 @@ from coach_stream.checkpoints import open_store
 from coach_stream.cli import options as opt
 from coach_stream.cli.kafka_env import kafka_settings
 from coach_stream.config import Preset
-from coach_stream.core import Collective, EventSink
+from coach_stream.core import Collective, EventSink, Rendezvous
 from coach_stream.envs import SeedRole, probe_shape, process_seed
 from coach_stream.errors import ConfigError
 from coach_stream.events import JsonLines
@@ -31,6 +31,12 @@ from coach_stream.observability.prometheus import MetricsEndpoint, metrics_endpo
 from coach_stream.trainer.collective import SOLO, TorchCollective
 from coach_stream.trainer.device import resolve_device
 from coach_stream.trainer.loop import Trainer
+from coach_stream.trainer.rendezvous import (
+    Address,
+    AnnouncedRendezvous,
+    FixedRendezvous,
+    parse_address,
+)
 from coach_stream.transport.admin import ensure_run_topics
 from coach_stream.transport.control import KafkaControlPublisher, KafkaControlSubscriber
 from coach_stream.transport.names import trainer_group
@@ -87,6 +93,13 @@ def train(
         help="HOST:PORT where rank 0 listens for the other trainer ranks (needed when "
         "trainer.count > 1; `launch` picks one).",
     ),
+    announce_rendezvous: bool = typer.Option(
+        False,
+        "--announce-rendezvous",
+        help="Rank 0 announces its --rendezvous on the run's control topic and the other "
+        "ranks join the address it announced (their own --rendezvous is unused): ranks on "
+        "nodes picked at run time. The Nomad job passes ${NOMAD_ADDR_rendezvous}.",
+    ),
     experience_from: str | None = typer.Option(
         None,
         "--experience-from",
@@ -142,7 +155,10 @@ def train(
             generator = torch.Generator().manual_seed(
                 process_seed(config.seed, 0, SeedRole.TRAINER)
             )
-            with _joined(meeting, rank, ranks, config.trainer.collective_timeout_s) as group_:
+            rendezvous_ = _meeting_place(
+                meeting, announce_rendezvous, settings, topics, publisher, run_id, ranks
+            )
+            with _joined(rendezvous_, rank, ranks, config.trainer.collective_timeout_s) as group_:
                 builder = builder_for(config)
                 learner = builder.make_learner(shape, workers, generator, group_)
                 trainer_settings = builder.make_trainer_settings(run_id)
@@ -154,7 +170,7 @@ def train(
 
 def _rendezvous(
     ranks: int, rank: int, rendezvous: str | None, experience_from: str | None
-) -> tuple[str, int] | None:
+) -> Address | None:
     """Where the ranks meet (None: one trainer), or a one-line refusal of bad flags."""
     if rank >= ranks:
         raise ConfigError(
@@ -166,24 +182,51 @@ def _rendezvous(
         raise ConfigError(
             "A shadow learner (--experience-from) runs one trainer; set trainer.count to 1."
         )
-    host, _, port = (rendezvous or "").rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if rendezvous is None:
         raise ConfigError(
-            f"trainer.count {ranks} needs --rendezvous HOST:PORT (where rank 0 listens), "
-            f"got {rendezvous!r}; `coach-stream launch --trainers {ranks}` sets it."
+            f"trainer.count {ranks} needs --rendezvous HOST:PORT (where rank 0 listens); "
+            f"`coach-stream launch --trainers {ranks}` sets it."
         )
-    return host, int(port)
+    return parse_address(rendezvous)
+
+
+@contextlib.contextmanager
+def _meeting_place(
+    meeting: Address | None,
+    announced: bool,
+    settings: KafkaSettings,
+    topics: RunTopics,
+    publisher: KafkaControlPublisher,
+    run_id: str,
+    ranks: int,
+) -> Iterator[Rendezvous | None]:
+    """How this rank finds the others: the address every rank was given, or (announced) the
+    one rank 0 puts on the control topic, read with a subscriber of its own."""
+    if meeting is None or not announced:
+        yield None if meeting is None else FixedRendezvous(meeting)
+        return
+    with KafkaControlSubscriber(settings, topics) as subscriber:
+        yield AnnouncedRendezvous(
+            meeting, run_id, ranks, publish=publisher.publish, subscriber=subscriber
+        )
 
 
 @contextlib.contextmanager
 def _joined(
-    meeting: tuple[str, int] | None, rank: int, ranks: int, timeout_s: float
+    rendezvous: contextlib.AbstractContextManager[Rendezvous | None],
+    rank: int,
+    ranks: int,
+    timeout_s: float,
 ) -> Iterator[Collective]:
     """The group of trainer ranks, joined for the ``with`` (``SOLO`` for one trainer)."""
-    if meeting is None:
+    with rendezvous as meeting:
+        if meeting is None:
+            group = None
+        else:
+            group = TorchCollective(rank, ranks, meeting, timeout_s=timeout_s)
+    if group is None:
         yield SOLO
         return
-    group = TorchCollective(rank, ranks, meeting[0], meeting[1], timeout_s=timeout_s)
     try:
         yield group
     finally:

@@ -20,18 +20,26 @@ from typing import Any
 
 from coach_stream.codec.avro import SingleObjectCodec
 from coach_stream.codec.registry import SchemaRegistry, SchemaVersion
-from coach_stream.core import ControlMessage, EvaluationReport, PolicyVersion, RunFinished
+from coach_stream.core import (
+    ControlMessage,
+    EvaluationReport,
+    PolicyVersion,
+    RunFinished,
+    TrainerRendezvous,
+)
 from coach_stream.errors import ConfigError, DecodeError, EncodeError
 from coach_stream.runids import check_run_id
 
 CONTROL_SCHEMA = "io.coachstream.ControlMessage"
-_TYPES: dict[str, type[PolicyVersion] | type[RunFinished] | type[EvaluationReport]] = {
+_TYPES: dict[str, type[ControlMessage]] = {
     "io.coachstream.PolicyVersion": PolicyVersion,
     "io.coachstream.RunFinished": RunFinished,
     "io.coachstream.EvaluationReport": EvaluationReport,
+    "io.coachstream.TrainerRendezvous": TrainerRendezvous,
 }
 _NAMES = {cls: name for name, cls in _TYPES.items()}
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_ADDRESS = re.compile(r"[A-Za-z0-9.:\[\]_-]{1,253}:[0-9]{1,5}")
 
 
 def _problem(message: ControlMessage) -> str | None:
@@ -55,6 +63,11 @@ def _problem(message: ControlMessage) -> str | None:
         if not message.reason:
             return "reason is empty"
         counters = [("final_version", message.final_version, -1)]  # -1: none was announced
+    elif isinstance(message, TrainerRendezvous):
+        port = message.address.rpartition(":")[2]
+        if not _ADDRESS.fullmatch(message.address) or not 0 < int(port) < 65536:
+            return f"address {message.address[:80]!r} is not HOST:PORT"
+        counters = [("world", message.world, 2)]
     else:
         if not all(math.isfinite(value) for value in message.returns):
             return "returns hold NaN or infinity"
@@ -84,7 +97,7 @@ class ControlCodec:
         if name is None:
             raise EncodeError(
                 f"{type(message).__name__} is not a control message; send a PolicyVersion, "
-                "RunFinished or EvaluationReport."
+                "RunFinished, EvaluationReport or TrainerRendezvous."
             )
         body = dataclasses.asdict(message)
         if isinstance(message, EvaluationReport):

@@ -42,8 +42,11 @@ _WAIT = "5s"
 
 
 def task_name(group: str, index: int) -> str:
-    """``rollout[1]`` is the task the local orchestrator calls ``rollout-1``."""
-    return f"rollout-{index}" if group == "rollout" else group
+    """``rollout[1]`` is the task the local orchestrator calls ``rollout-1``; ``trainer[0]``
+    is ``trainer`` (rank 0) and ``trainer[1]`` is ``trainer-1``."""
+    if group == "rollout" or (group == "trainer" and index > 0):
+        return f"{group}-{index}"
+    return group
 
 
 def _first_line(text: str) -> str:

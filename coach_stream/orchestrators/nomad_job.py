@@ -102,33 +102,44 @@ def _flag(argv: Sequence[str], name: str) -> str | None:
 
 
 RENDEZVOUS_PORT = "rendezvous"
-"""The trainer group's dynamic port where rank 0 listens for the other ranks."""
+"""Each trainer allocation's dynamic port; rank 0 listens on its own and announces it."""
 
 
 def _trainer_group(trainers: Sequence[TaskSpec], settings: NomadJobSettings) -> dict[str, Any]:
-    """The trainer, or its K data-parallel ranks as K tasks of one group.
+    """The trainer, or its K data-parallel ranks as a group of count K.
 
-    One group, so Nomad places the ranks on one node (a multi-GPU machine: NCCL between
-    its GPUs) and they meet on 127.0.0.1 at the group's dynamic ``rendezvous`` port, which
-    Nomad picks free on that node; ranks on several nodes would need an address found at
-    run time (docs/decisions.md). A rank that crashes restarts in place; the others fail
-    within ``trainer.collective_timeout_s`` and restart too, and all resume together.
+    Allocation ``i`` is rank ``${NOMAD_ALLOC_INDEX}``, on whatever node Nomad picks; each
+    gets a dynamic ``rendezvous`` port on its node. Rank 0 listens on its own
+    (``${NOMAD_ADDR_rendezvous}``) and announces it on the run's control topic; the others
+    join the newest announcement (``--announce-rendezvous``; docs/decisions.md). A rank
+    that crashes restarts in place; the others fail within ``trainer.collective_timeout_s``
+    and restart too, and all resume together from the newest trainer state.
     """
     first = trainers[0]
     if len(trainers) == 1:
         return _group("trainer", 1, _task("trainer", first.argv, first.env, settings), settings)
-    meeting = f"127.0.0.1:${{NOMAD_PORT_{RENDEZVOUS_PORT}}}"
-    tasks = []
+    template = list(first.argv)
     for rank, spec in enumerate(trainers):
         argv = list(spec.argv)
         if _flag(argv, "--rank") != str(rank) or _flag(argv, "--rendezvous") is None:
             raise ConfigError(f"trainer task {spec.name} is not rank {rank} of the group.")
-        argv[argv.index("--rendezvous") + 1] = meeting
-        task = _task("trainer", argv, spec.env, settings)
-        task["Name"] = spec.name
-        tasks.append(task)
-    group = _group("trainer", 1, tasks[0], settings)
-    group["Tasks"] = tasks
+        argv[argv.index("--rank") + 1] = "0"
+        argv[argv.index("--rendezvous") + 1] = template[template.index("--rendezvous") + 1]
+        if argv != template or spec.env != first.env:
+            raise ConfigError(
+                f"trainer task {spec.name} differs from rank 0 by more than its rank; "
+                "one Nomad group cannot run it."
+            )
+    template[template.index("--rank") + 1] = WORKER_INDEX
+    template[template.index("--rendezvous") + 1] = f"${{NOMAD_ADDR_{RENDEZVOUS_PORT}}}"
+    if "--announce-rendezvous" not in template:
+        template.append("--announce-rendezvous")
+    task = _task("trainer", template, first.env, settings)
+    if settings.driver == "docker":
+        # gloo and NCCL connect every pair of ranks on ports they pick: no port mapping can
+        # carry that, so the ranks use their node's network
+        task["Config"]["network_mode"] = "host"
+    group = _group("trainer", len(trainers), task, settings)
     group["Networks"] = [{"DynamicPorts": [{"Label": RENDEZVOUS_PORT}]}]
     return group
 

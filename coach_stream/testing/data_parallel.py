@@ -18,6 +18,7 @@ import torch
 from coach_stream.core import Collective, ExperienceChunk, Learner
 from coach_stream.processes import free_port
 from coach_stream.trainer.collective import SOLO, TorchCollective
+from coach_stream.trainer.rendezvous import FixedRendezvous
 
 LearnerFactory = Callable[[Collective], Learner]
 """Builds one rank's learner (a module-level function: it is pickled into the rank)."""
@@ -57,7 +58,7 @@ class Job:
 
 
 def _rank_main(rank: int, world: int, port: int, jobs: Sequence[Job], results: Any) -> None:
-    collective = TorchCollective(rank, world, "127.0.0.1", port, timeout_s=60)
+    collective = TorchCollective(rank, world, FixedRendezvous(("127.0.0.1", port)), timeout_s=60)
     try:
         for index, job in enumerate(jobs):
             weights = learn(job.factory, job.shares[rank], job.version, job.rounds, collective)

@@ -19,17 +19,22 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import Store, TCPStore  # typed here; re-exported untyped
 
-from coach_stream.core import Collective
+from coach_stream.core import Collective, Rendezvous
 from coach_stream.errors import RankLostError
+from coach_stream.trainer.rendezvous import format_address
 
 log = logging.getLogger(__name__)
+
+_ATTEMPT_S = 5.0  # one try at reaching rank 0 before looking for a newer address
 
 
 class Solo:
@@ -52,32 +57,63 @@ SOLO = Solo()
 
 
 class TorchCollective:
-    """``torch.distributed`` over TCP: rank 0 listens on ``address:port``, the others join."""
+    """``torch.distributed`` over TCP: rank 0 listens where ``rendezvous`` says and tells the
+    others, which find it through ``rendezvous`` (``trainer/rendezvous.py``)."""
 
     def __init__(
         self,
         rank: int,
         world: int,
-        address: str,
-        port: int,
+        rendezvous: Rendezvous,
         timeout_s: float = 60.0,
         backend: str = "gloo",
     ) -> None:
         if not 0 <= rank < world:
             raise ValueError(f"rank {rank} is outside a world of {world}")
         self.rank, self.world, self.timeout_s = rank, world, timeout_s
-        self._where = f"{address}:{port}"
+        self._where = format_address(rendezvous.listen_address())
+        timeout = timedelta(seconds=timeout_s)
         try:
+            store = self._listen(rendezvous) if rank == 0 else self._find(rendezvous)
             dist.init_process_group(
-                backend,
-                init_method=f"tcp://{address}:{port}",
-                rank=rank,
-                world_size=world,
-                timeout=timedelta(seconds=timeout_s),
+                backend, store=store, rank=rank, world_size=world, timeout=timeout
             )
         except (RuntimeError, ValueError) as error:  # torch raises DistError subclasses
             raise self._lost("joining the group", error) from error
+        # rank 0's store holds the listening socket: kept for the life of the group
+        self._store: Store | None = store
         log.info("trainer rank %d of %d joined at %s (%s)", rank, world, self._where, backend)
+
+    def _listen(self, rendezvous: Rendezvous) -> Store:
+        """Rank 0: listen at the rendezvous address, then say so."""
+        host, port = rendezvous.listen_address()
+        store = TCPStore(
+            host, port, self.world, is_master=True,
+            timeout=timedelta(seconds=self.timeout_s), wait_for_workers=False,
+        )  # fmt: skip
+        rendezvous.announce((host, port))
+        return store
+
+    def _find(self, rendezvous: Rendezvous) -> Store:
+        """The others: join rank 0 at the newest address known, looking again after each
+        failed attempt (a rank 0 that moved announces its new address) until the deadline."""
+        deadline = time.monotonic() + self.timeout_s
+        failure: BaseException = TimeoutError("rank 0 has not said where it listens")
+        while (left := deadline - time.monotonic()) > 0:
+            address = rendezvous.find_rank0(left)
+            left = deadline - time.monotonic()
+            if address is None or left <= 0:
+                continue
+            self._where = format_address(address)
+            try:
+                return TCPStore(
+                    address[0], address[1], self.world, is_master=False,
+                    timeout=timedelta(seconds=min(_ATTEMPT_S, left)),
+                )  # fmt: skip
+            except (RuntimeError, ValueError) as error:
+                failure = error
+                log.warning("trainer rank %d could not reach rank 0 at %s", self.rank, self._where)
+        raise failure
 
     def _lost(self, during: str, error: BaseException) -> RankLostError:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
@@ -113,6 +149,7 @@ class TorchCollective:
     def close(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
+        self._store = None
 
 
 def total_count(collective: Collective, count: int) -> int:

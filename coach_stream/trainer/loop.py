@@ -365,8 +365,10 @@ class Trainer:
                 )
             elif isinstance(message, RunFinished):
                 self.finished = message
-            elif newest is None or message.version > newest.version:
-                newest = message
+            elif isinstance(message, PolicyVersion) and (
+                newest is None or message.version > newest.version
+            ):
+                newest = message  # a TrainerRendezvous is for the ranks, not for the loop
         return newest
 
     def _target_reached(self) -> bool:

@@ -377,7 +377,9 @@ def hostile_uris() -> st.SearchStrategy[str]:
 @st.composite
 def hostile_control_bodies(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
     """A union branch name and a body of hostile (but Avro-valid) field values."""
-    kind = draw(st.sampled_from(["PolicyVersion", "RunFinished", "EvaluationReport"]))
+    kind = draw(
+        st.sampled_from(["PolicyVersion", "RunFinished", "EvaluationReport", "TrainerRendezvous"])
+    )
     run_id = draw(st.just(RUN_ID) | hostile_text())
     if kind == "PolicyVersion":
         body: dict[str, Any] = {
@@ -397,6 +399,14 @@ def hostile_control_bodies(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
             "reason": draw(hostile_text()),
             "created_at_ms": draw(longs()),
         }
+    elif kind == "TrainerRendezvous":
+        body = {
+            "run_id": run_id,
+            "address": draw(st.sampled_from(["10.0.0.1:29500", "h:0", ":1", "[::1]:99999"])
+                            | hostile_text()),
+            "world": draw(longs()),
+            "created_at_ms": draw(longs()),
+        }  # fmt: skip
     else:
         body = {
             "run_id": run_id,

@@ -35,6 +35,7 @@ from coach_stream.core import (
     EvaluationReport,
     PolicyVersion,
     RunFinished,
+    TrainerRendezvous,
 )
 from coach_stream.errors import DecodeError
 from coach_stream.runids import check_run_id
@@ -67,7 +68,7 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 def genuine_messages(draw: st.DrawFn) -> ControlMessage:
     created = draw(st.integers(min_value=0, max_value=2**42))
     version = draw(st.integers(min_value=0, max_value=10_000))
-    kind = draw(st.sampled_from(["policy", "finished", "evaluation"]))
+    kind = draw(st.sampled_from(["policy", "finished", "evaluation", "rendezvous"]))
     if kind == "policy":
         return PolicyVersion(
             RUN_ID,
@@ -82,6 +83,9 @@ def genuine_messages(draw: st.DrawFn) -> ControlMessage:
     if kind == "finished":
         reason = draw(st.sampled_from(["target_reached", "budget_exhausted", "stopped"]))
         return RunFinished(RUN_ID, version - 1, reason, created)
+    if kind == "rendezvous":
+        port = draw(st.integers(min_value=1, max_value=65535))
+        return TrainerRendezvous(RUN_ID, f"10.1.2.3:{port}", version + 2, created)
     returns = draw(st.lists(st.floats(-1e6, 1e6), max_size=10))
     return EvaluationReport(RUN_ID, version, version * 100, tuple(returns), created)
 
@@ -118,6 +122,9 @@ def assert_valid(message: ControlMessage) -> None:
         assert message.uri, message
     elif isinstance(message, RunFinished):
         assert message.final_version >= -1 and message.reason, message
+    elif isinstance(message, TrainerRendezvous):
+        host, _, port = message.address.rpartition(":")
+        assert host and 0 < int(port) < 65536 and message.world >= 2, message
     else:
         assert message.policy_version >= 0 and message.env_steps >= 0, message
         assert all(math.isfinite(r) for r in message.returns), message

@@ -25,8 +25,10 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from nomad_double import NomadDouble
 
+from coach_stream.core import ControlMessage, TrainerRendezvous
 from coach_stream.orchestrators.nomad_job import job_id
 from coach_stream.transport import clients
+from coach_stream.transport.control import KafkaControlSubscriber
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 from coach_stream.transport.telemetry import TelemetryReader
 
@@ -122,32 +124,85 @@ def test_launch_on_nomad_trains_cartpole_to_solved(
     nomad_double.assert_no_violations()
 
 
-def test_two_trainer_ranks_in_one_group_train_cartpole_to_solved(
+def test_two_trainer_ranks_meet_through_the_control_topic_and_regroup_after_kill_9(
     nomad_double: NomadDouble, kafka_bootstrap: str, gcs_endpoint: str, gcs_bucket: str,
     tmp_path: Path,
 ) -> None:  # fmt: skip
-    """``--trainers 2`` on Nomad: both ranks are tasks of the trainer group, meeting at its
-    dynamic ``rendezvous`` port; the run solves and both ranks end with it."""
+    """``--trainers 2`` on Nomad: a trainer group of count 2, each allocation with its own
+    dynamic ``rendezvous`` port; rank 0 announces its own on the control topic and rank 1
+    joins it. ``kill -9`` of rank 0: Nomad restarts it, it announces again, rank 1 (whose
+    group broke) restarts and joins it, and the run solves."""
     env = cli_env(nomad_double.address, nomad_double.token, kafka_bootstrap, gcs_endpoint)
     run_id = f"nomad-dp-{uuid.uuid4().hex[:8]}"
-    done = cli(
-        env, "launch", "cartpole-ppo", "--orchestrator", "nomad", "--workers", "2",
+    the_job = job_id(run_id)
+    started = cli(
+        env, "launch", "cartpole-ppo", "--orchestrator", "nomad", "--workers", "2", "--detach",
         "--trainers", "2", "--run-id", run_id, "--checkpoints", f"gs://{gcs_bucket}",
-        "--state-dir", str(tmp_path), "--timeout", str(RUN_TIMEOUT_S),
-        timeout=RUN_TIMEOUT_S + 120,
+        "--state-dir", str(tmp_path),
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert f"run {run_id}: target_reached after" in done.stdout
-    job = nomad_double.jobs[job_id(run_id)].job
-    trainer = next(g for g in job["TaskGroups"] if g["Name"] == "trainer")
-    assert [t["Name"] for t in trainer["Tasks"]] == ["trainer", "trainer-1"]
-    assert trainer["Networks"][0]["DynamicPorts"] == [{"Label": "rendezvous"}]
-    joined = telemetry_until(
-        kafka_bootstrap, run_id, lambda t, e: t == "trainer-1" and e["event"] == "finished", 60
-    )
-    assert joined["reason"] == "target_reached"
+    assert started.returncode == 0, started.stderr[-3000:]
+    groups = nomad_double.jobs[the_job].job["TaskGroups"]
+    trainer = next(g for g in groups if g["Name"] == "trainer")
+    assert trainer["Count"] == 2 and trainer["Networks"][0]["DynamicPorts"] == [
+        {"Label": "rendezvous"}
+    ]
+    evaluator = nomad_double.allocation(the_job, "evaluator", 0).tasks["evaluator"].process
+    assert evaluator is not None
+    os.killpg(evaluator.pid, signal.SIGSTOP)  # the run keeps training until it is let go
+    try:
+        status = cli(env, "status", run_id, "--json", "--state-dir", str(tmp_path))
+        assert status.returncode == 0, status.stderr
+        assert [t["name"] for t in json.loads(status.stdout)["tasks"]] == [
+            "evaluator", "rollout-0", "rollout-1", "trainer", "trainer-1"
+        ]  # fmt: skip
+        rank_0 = nomad_double.allocation(the_job, "trainer", 0)
+        rank_1 = nomad_double.allocation(the_job, "trainer", 1)
+        assert rank_0.ports["rendezvous"] != rank_1.ports["rendezvous"]
+        telemetry_until(kafka_bootstrap, run_id, lambda t, e: t == "trainer-1" and
+                        e["event"] == "progress", RUN_TIMEOUT_S)  # fmt: skip
+        nomad_double.kill_task(rank_0.id, "trainer")
+        nomad_double.wait_until(
+            lambda: all(
+                alloc.tasks["trainer"].state["Restarts"] >= 1
+                and alloc.tasks["trainer"].state["State"] == "running"
+                for alloc in (rank_0, rank_1)
+            ),
+            timeout=180,
+            what="both trainer ranks restarted",
+        )
+        starts = {"trainer": 0, "trainer-1": 0}
+
+        def learning_again(task: str, event: dict[str, Any]) -> bool:
+            if event["event"] == "started" and task in starts:
+                starts[task] += 1
+            return starts["trainer-1"] >= 2 and task == "trainer-1" and event["event"] == "progress"
+
+        telemetry_until(kafka_bootstrap, run_id, learning_again, RUN_TIMEOUT_S)
+        os.killpg(evaluator.pid, signal.SIGCONT)
+        assert finished_reason(kafka_bootstrap, run_id) == "target_reached"
+        joined = telemetry_until(
+            kafka_bootstrap, run_id, lambda t, e: t == "trainer-1" and e["event"] == "finished", 60
+        )
+        assert joined["reason"] == "target_reached"
+        assert joined["duplicate_chunks"] == joined["chunk_gaps"] == 0, joined
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(evaluator.pid, signal.SIGCONT)
+        stopped = cli(env, "stop", run_id, "--purge", "--state-dir", str(tmp_path))
+    assert stopped.returncode == 0, stopped.stderr
+    # rank 0 announced where it listens each time it started, and that was its own port
+    announced = [m.address for m in control_messages(kafka_bootstrap, run_id)
+                 if isinstance(m, TrainerRendezvous)]  # fmt: skip
+    assert announced == [f"127.0.0.1:{rank_0.ports['rendezvous']}"] * len(announced)
+    assert len(announced) >= 2, announced
     nomad_double.wait_until(lambda: not nomad_double.pids(), timeout=60, what="no task left")
     nomad_double.assert_no_violations()
+
+
+def control_messages(kafka: str, run_id: str) -> list[ControlMessage]:
+    settings = KafkaSettings(bootstrap_servers=kafka)
+    with KafkaControlSubscriber(settings, RunTopics.for_run(run_id)) as control:
+        return control.read_to_end(30)
 
 
 def test_status_logs_kill9_scale_and_stop_purge_while_it_trains(

@@ -168,7 +168,7 @@ def test_dry_run_hcl_parses_back_to_the_json_job() -> None:
     assert hcl_job(job_hcl(job), {}) == job
 
 
-def test_two_trainer_ranks_are_tasks_of_one_group_with_a_rendezvous_port() -> None:
+def test_two_trainer_ranks_are_a_group_of_two_that_meet_at_rank_0s_announced_port() -> None:
     settings = LaunchSettings(
         preset="cartpole-ppo",
         run_id="hcl-3",
@@ -181,12 +181,20 @@ def test_two_trainer_ranks_are_tasks_of_one_group_with_a_rendezvous_port() -> No
     job = build_job(build_run_spec(settings), NomadJobSettings(env=job_env("k:9092", "http://g:1")))
     assert check_job(job) == []  # Nomad's Go API Job type, no key it would ignore
     trainer = job["TaskGroups"][0]
-    assert [t["Name"] for t in trainer["Tasks"]] == ["trainer", "trainer-1"]
+    assert (trainer["Name"], trainer["Count"]) == ("trainer", 2)
+    assert [t["Name"] for t in trainer["Tasks"]] == ["trainer"]
     assert trainer["Networks"] == [{"DynamicPorts": [{"Label": "rendezvous"}]}]
-    for rank, task in enumerate(trainer["Tasks"]):
-        args = task["Config"]["args"]
-        assert args[args.index("--rank") + 1] == str(rank)
-        assert args[args.index("--rendezvous") + 1] == "127.0.0.1:${NOMAD_PORT_rendezvous}"
+    args = trainer["Tasks"][0]["Config"]["args"]
+    assert args[args.index("--rank") + 1] == "${NOMAD_ALLOC_INDEX}"
+    assert args[args.index("--rendezvous") + 1] == "${NOMAD_ADDR_rendezvous}"
+    assert "--announce-rendezvous" in args
+    assert args[args.index("--set") + 1 :].count("trainer.count=2") == 1
     text = job_hcl(job)
     assert 'port "rendezvous" {' in text
     assert hcl_job(text, {}) == job
+    docker = build_job(
+        build_run_spec(settings),
+        NomadJobSettings(env=job_env("k:9092", "http://g:1"), driver="docker", image="i:1"),
+    )
+    assert docker["TaskGroups"][0]["Tasks"][0]["Config"]["network_mode"] == "host"
+    assert check_job(docker) == []

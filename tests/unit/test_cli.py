@@ -93,6 +93,35 @@ def test_checkpoint_urls_that_are_refused(given: str, says: str) -> None:
             ["train", "--preset", "cartpole-ppo", "--run-id", "r", "--set", "trainer.count=2"],
             "needs --rendezvous",
         ),
+        (
+            [
+                "train",
+                "--preset",
+                "cartpole-ppo",
+                "--run-id",
+                "r",
+                "--set",
+                "trainer.count=2",
+                "--rendezvous",
+                "${NOMAD_ADDR_rendezvous}",
+                "--announce-rendezvous",
+            ],
+            "--rendezvous must be HOST:PORT (where rank 0 listens), got '${NOMAD_ADDR_rend",
+        ),
+        (
+            [
+                "train",
+                "--preset",
+                "cartpole-ppo",
+                "--run-id",
+                "r",
+                "--set",
+                "trainer.count=2",
+                "--rendezvous",
+                "10.0.0.1:70000",
+            ],
+            "--rendezvous must be HOST:PORT",
+        ),
     ],
 )
 def test_bad_trainer_ranks_are_one_line_and_exit_2(

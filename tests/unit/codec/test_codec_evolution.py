@@ -29,12 +29,14 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # fingerprints already on topics keep resolving. Add a line here when a version is released.
 RELEASED = {
     ("io.coachstream.ControlMessage", 1): "16e729559eebb560",
+    ("io.coachstream.ControlMessage", 2): "061cecc34d3d1587",
     ("io.coachstream.EvaluationReport", 1): "f18e154bfc7da155",
     ("io.coachstream.ExperienceChunk", 1): "780ae3cbb3850a02",
     ("io.coachstream.PolicyVersion", 1): "29b330bdd2fba9a0",
     ("io.coachstream.RunFinished", 1): "fbc34d3d6c46efdd",
     ("io.coachstream.TelemetryEvent", 1): "7ffd745df9235323",
     ("io.coachstream.Tensor", 1): "2b492cfac620b956",
+    ("io.coachstream.TrainerRendezvous", 1): "1bf2ef485fce3aae",
 }
 
 
