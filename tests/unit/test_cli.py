@@ -83,45 +83,21 @@ def test_checkpoint_urls_that_are_refused(given: str, says: str) -> None:
         checkpoint_url(given)
 
 
+TWO_RANKS = ["train", "--preset", "cartpole-ppo", "--run-id", "r", "--set", "trainer.count=2"]
+
+
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
         (["launch", "cartpole-ppo", "--trainers", "0"], "--trainers"),
         (["launch", "cartpole-ppo", "--workers", "2", "--trainers", "3"], "use --trainers 2"),
         (["train", "--preset", "cartpole-ppo", "--run-id", "r", "--rank", "1"], "--rank 1"),
+        (TWO_RANKS, "needs --rendezvous"),
         (
-            ["train", "--preset", "cartpole-ppo", "--run-id", "r", "--set", "trainer.count=2"],
-            "needs --rendezvous",
-        ),
-        (
-            [
-                "train",
-                "--preset",
-                "cartpole-ppo",
-                "--run-id",
-                "r",
-                "--set",
-                "trainer.count=2",
-                "--rendezvous",
-                "${NOMAD_ADDR_rendezvous}",
-                "--announce-rendezvous",
-            ],
+            [*TWO_RANKS, "--rendezvous", "${NOMAD_ADDR_rendezvous}", "--announce-rendezvous"],
             "--rendezvous must be HOST:PORT (where rank 0 listens), got '${NOMAD_ADDR_rend",
         ),
-        (
-            [
-                "train",
-                "--preset",
-                "cartpole-ppo",
-                "--run-id",
-                "r",
-                "--set",
-                "trainer.count=2",
-                "--rendezvous",
-                "10.0.0.1:70000",
-            ],
-            "--rendezvous must be HOST:PORT",
-        ),
+        ([*TWO_RANKS, "--rendezvous", "10.0.0.1:70000"], "--rendezvous must be HOST:PORT"),
     ],
 )
 def test_bad_trainer_ranks_are_one_line_and_exit_2(
