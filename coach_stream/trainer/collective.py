@@ -98,7 +98,9 @@ class TorchCollective:
         """The others: join rank 0 at the newest address known, looking again after each
         failed attempt (a rank 0 that moved announces its new address) until the deadline."""
         deadline = time.monotonic() + self.timeout_s
-        failure: BaseException = TimeoutError("rank 0 has not said where it listens")
+        failure: Exception = RuntimeError(
+            f"rank 0 did not say where it listens within {self.timeout_s:g} s"
+        )
         while (left := deadline - time.monotonic()) > 0:
             address = rendezvous.find_rank0(left)
             left = deadline - time.monotonic()
@@ -106,10 +108,14 @@ class TorchCollective:
                 continue
             self._where = format_address(address)
             try:
-                return TCPStore(
+                store = TCPStore(
                     address[0], address[1], self.world, is_master=False,
                     timeout=timedelta(seconds=min(_ATTEMPT_S, left)),
                 )  # fmt: skip
+                # the short timeout was for reaching rank 0; waiting on the store for
+                # ranks that start later (as the group forms) gets the whole deadline
+                store.set_timeout(timedelta(seconds=self.timeout_s))
+                return store
             except (RuntimeError, ValueError) as error:
                 failure = error
                 log.warning("trainer rank %d could not reach rank 0 at %s", self.rank, self._where)
