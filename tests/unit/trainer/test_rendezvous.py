@@ -10,7 +10,8 @@ import itertools
 import pytest
 
 from coach_stream.core import ControlMessage, PolicyVersion, TrainerRendezvous
-from coach_stream.errors import ConfigError
+from coach_stream.errors import ConfigError, RankLostError
+from coach_stream.trainer.collective import TorchCollective
 from coach_stream.trainer.rendezvous import (
     AnnouncedRendezvous,
     FixedRendezvous,
@@ -103,3 +104,10 @@ def test_with_no_announcement_the_others_wait_until_their_timeout_then_say_none(
     assert meeting.find_rank0(5.0) is None
     topic.messages.append(TrainerRendezvous("run-1", "10.0.0.6:6", 2, 0))
     assert meeting.find_rank0(5.0) == ("10.0.0.6", 6)
+
+
+def test_a_rank_that_never_learns_where_rank_0_listens_loses_its_group_in_one_line() -> None:
+    """Exit 3 (restarted), not a traceback: ``RankLostError`` names the cause and the fix."""
+    meeting = AnnouncedRendezvous(("10.9.9.9", 9), "run-1", 2, subscriber=Topic())
+    with pytest.raises(RankLostError, match=r"^trainer rank 1 of 2 lost its group while joining"):
+        TorchCollective(1, 2, meeting, timeout_s=0.5)
