@@ -147,6 +147,7 @@ class RolloutWorker:
         self._held_since: float | None = None  # when the wait in progress began
         self._steps_at_version = 0
         self._typical_wait: float | None = None  # SYNC: smoothed seconds from share end to v+1
+        self._after_extra_share = False  # SYNC: the last wait for v+1 timed out
         self._recent_returns: deque[float] = deque(maxlen=100)
         self._last_log = (clock(), 0)
 
@@ -213,10 +214,17 @@ class RolloutWorker:
                     )
                 except TimeoutError:
                     self.extra_shares += 1
+                    self._after_extra_share = True
                     return False
                 waited = self.clock() - started
-                ema = self._typical_wait
-                self._typical_wait = waited if ema is None else 0.8 * ema + 0.2 * waited
+                # After an extra share v+1 has usually come meanwhile and the wait is ~0 s:
+                # that says nothing of the trainer. Learned from, such waits shrank the next
+                # timeout, which made more extra shares: a Pong run ended up dropping 3 env
+                # steps as stale for each one it learned from.
+                if not self._after_extra_share:
+                    ema = self._typical_wait
+                    self._typical_wait = waited if ema is None else 0.8 * ema + 0.2 * waited
+                self._after_extra_share = False
             else:
                 newer = self.source.poll()
                 lead = self.env_steps - self._steps_at_version

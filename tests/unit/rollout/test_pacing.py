@@ -236,3 +236,40 @@ def test_the_memory_backlog_follows_the_trainers_commits() -> None:
     reader.read(len(log.chunks), 0.0)
     reader.commit()
     assert backlog.unread() == 0 and worker.limit.admits(measure=True)
+
+
+class ArrivingSource(ScriptedSource):
+    """SYNC: version N+1 comes ``arrivals[N]`` seconds after the worker starts waiting for it
+    (0: it came while the worker acted); None: not before the wait times out, but by the
+    next wait. Records every timeout the worker waited with."""
+
+    def __init__(self, clock: Clock, arrivals: Sequence[float | None]) -> None:
+        super().__init__(clock)
+        self.arrivals, self.timeouts = list(arrivals), []  # type: list[float | None], list[float]
+
+    def wait_for(self, version: int, timeout: float) -> LoadedPolicy:
+        self.timeouts.append(timeout)
+        if self._current.version.version < version:
+            after = self.arrivals.pop(0)
+            if after is None or after > timeout:
+                self.clock.now += timeout
+                self.arrivals.insert(0, 0.0)  # it comes while the worker acts another share
+                raise TimeoutError(f"version {version} not within {timeout}")
+            self.clock.now += after
+            self._current = policy(version)
+        return self._current
+
+
+def test_a_sync_worker_does_not_learn_to_stop_waiting_from_its_extra_shares() -> None:
+    """After an extra share the next version was already there (a 0 s wait): counted, that
+    shrank the wait until the worker never waited and acted mostly stale shares."""
+    clock = Clock()
+    source = ArrivingSource(clock, [0.25, 0.25] + [None, 0.25] * 6)
+    worker = make_worker(source, None, mode=Mode.SYNC)
+    for _ in range(2 + 3 * 6):  # each timed-out wait: an extra share, then v+1 at once
+        worker.act_share()
+        worker.sync(60.0)
+    assert worker.extra_shares == 6
+    # the first wait is the full sync_wait_s (2 s); then 4x the trainer's usual 0.25 s
+    assert source.timeouts[0] == 2.0
+    assert set(source.timeouts[1:]) == {1.0}, source.timeouts
