@@ -45,6 +45,21 @@ if [ -z "${COACH_STREAM_RUNTIME_IMAGE:-}" ]; then
   echo "test-containers: image $COACH_STREAM_RUNTIME_IMAGE ready in $((SECONDS - start)) s"
 fi
 export COACH_STREAM_RUNTIME_IMAGE
+
+# On vfs every container is a full copy of its image: the docker-driver test runs up to four
+# runtime containers at once. Say so before the run rather than as "no space left" inside it.
+driver="$(docker_cli info --format '{{.Driver}}' 2>/dev/null || echo unknown)"
+data_root="$(docker_cli info --format '{{.DockerRootDir}}' 2>/dev/null || true)"
+echo "test-containers: storage driver $driver"
+if [ "$driver" = vfs ] && [ -d "$data_root" ]; then
+  image_bytes="$(docker_cli image inspect --format '{{.Size}}' "$COACH_STREAM_RUNTIME_IMAGE")"
+  need_kb=$(((image_bytes * 4 / 1024) + 4 * 1024 * 1024))
+  free_kb="$(df -Pk "$data_root" | awk 'NR == 2 {print $4}')"
+  if [ "$free_kb" -lt "$need_kb" ]; then
+    echo "test-containers: the vfs storage driver needs $((need_kb / 1024 / 1024)) GB free under $data_root for four runtime containers and $((free_kb / 1024 / 1024)) GB are; free disk, or run an engine with overlay2 (scripts/docker-engine.sh picks it where the kernel allows)." >&2
+    exit 1
+  fi
+fi
 export COACH_STREAM_KAFKA=testcontainers COACH_STREAM_REQUIRE_SERVICES=1
 unset KAFKA_BOOTSTRAP_SERVERS
 

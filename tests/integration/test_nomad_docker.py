@@ -3,7 +3,8 @@ the project's Docker engine, and ``coach-stream launch --driver docker`` trains 
 
 - The driver's semantics (environment, templates, exit codes, restarts, kill signal and
   timeout, OOM kills, a missing image) on the small Kafka image: containers of the large
-  runtime image take most of a minute each to create on the vfs storage driver.
+  runtime image take most of a minute each to create on the vfs storage driver (the
+  fallback where overlay2 cannot mount).
 - The runtime image (``scripts/build-runtime-image.sh``) against the Dockerfile it twins.
 - CartPole PPO trained to solved with the trainer, every rollout worker and the evaluator in
   containers of the runtime image; ``status``, ``logs``, ``scale``, ``kill -9`` and
@@ -311,7 +312,7 @@ def test_cartpole_trains_to_solved_in_containers(
         assert terminated[0]["ExitCode"] == 137
         assert rollout_0.tasks["rollout"].main_pid() != killed
 
-        # (Each container is a full copy of the 5.7 GB image on vfs: 1 worker scaled to 2
+        # (On vfs each container is a full copy of the 5.7 GB image: 1 worker scaled to 2
         # keeps the test at 4 containers.)
         scaled = cli(env, "scale", run_id, "--workers", "2")
         assert scaled.returncode == 0, scaled.stderr
