@@ -18,6 +18,7 @@ import torch
 import typer
 from threadpoolctl import threadpool_limits
 
+from coach_stream.addresses import Address, parse_address
 from coach_stream.algorithms import builder_for, chunk_spec
 from coach_stream.checkpoints import open_store
 from coach_stream.cli import options as opt
@@ -31,12 +32,7 @@ from coach_stream.observability.prometheus import MetricsEndpoint, metrics_endpo
 from coach_stream.trainer.collective import SOLO, TorchCollective
 from coach_stream.trainer.device import resolve_device
 from coach_stream.trainer.loop import Trainer
-from coach_stream.trainer.rendezvous import (
-    Address,
-    AnnouncedRendezvous,
-    FixedRendezvous,
-    parse_address,
-)
+from coach_stream.trainer.rendezvous import AnnouncedRendezvous, FixedRendezvous
 from coach_stream.transport.admin import ensure_run_topics
 from coach_stream.transport.control import KafkaControlPublisher, KafkaControlSubscriber
 from coach_stream.transport.names import trainer_group

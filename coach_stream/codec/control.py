@@ -18,6 +18,7 @@ import math
 import re
 from typing import Any
 
+from coach_stream.addresses import parse_address
 from coach_stream.codec.avro import SingleObjectCodec
 from coach_stream.codec.registry import SchemaRegistry, SchemaVersion
 from coach_stream.core import (
@@ -39,7 +40,6 @@ _TYPES: dict[str, type[ControlMessage]] = {
 }
 _NAMES = {cls: name for name, cls in _TYPES.items()}
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_ADDRESS = re.compile(r"[A-Za-z0-9.:\[\]_-]{1,253}:[0-9]{1,5}")
 
 
 def _problem(message: ControlMessage) -> str | None:
@@ -64,8 +64,9 @@ def _problem(message: ControlMessage) -> str | None:
             return "reason is empty"
         counters = [("final_version", message.final_version, -1)]  # -1: none was announced
     elif isinstance(message, TrainerRendezvous):
-        port = message.address.rpartition(":")[2]
-        if not _ADDRESS.fullmatch(message.address) or not 0 < int(port) < 65536:
+        try:
+            parse_address(message.address)
+        except ConfigError:
             return f"address {message.address[:80]!r} is not HOST:PORT"
         counters = [("world", message.world, 2)]
     else:

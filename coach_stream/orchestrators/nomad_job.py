@@ -118,20 +118,9 @@ def _trainer_group(trainers: Sequence[TaskSpec], settings: NomadJobSettings) -> 
     first = trainers[0]
     if len(trainers) == 1:
         return _group("trainer", 1, _task("trainer", first.argv, first.env, settings), settings)
-    template = list(first.argv)
-    for rank, spec in enumerate(trainers):
-        argv = list(spec.argv)
-        if _flag(argv, "--rank") != str(rank) or _flag(argv, "--rendezvous") is None:
-            raise ConfigError(f"trainer task {spec.name} is not rank {rank} of the group.")
-        argv[argv.index("--rank") + 1] = "0"
-        argv[argv.index("--rendezvous") + 1] = template[template.index("--rendezvous") + 1]
-        if argv != template or spec.env != first.env:
-            raise ConfigError(
-                f"trainer task {spec.name} differs from rank 0 by more than its rank; "
-                "one Nomad group cannot run it."
-            )
-    template[template.index("--rank") + 1] = WORKER_INDEX
-    template[template.index("--rendezvous") + 1] = f"${{NOMAD_ADDR_{RENDEZVOUS_PORT}}}"
+    template = _indexed_template(
+        trainers, "--rank", {"--rendezvous": f"${{NOMAD_ADDR_{RENDEZVOUS_PORT}}}"}
+    )
     if "--announce-rendezvous" not in template:
         template.append("--announce-rendezvous")
     task = _task("trainer", template, first.env, settings)
@@ -146,17 +135,40 @@ def _trainer_group(trainers: Sequence[TaskSpec], settings: NomadJobSettings) -> 
 
 def _rollout_argv(tasks: Sequence[TaskSpec]) -> tuple[str, ...]:
     """The rollout tasks' common argv with ``--worker-id ${NOMAD_ALLOC_INDEX}``."""
-    first = tasks[0].argv
-    try:
-        position = first.index("--worker-id") + 1
-    except ValueError:
-        raise ConfigError("rollout tasks have no --worker-id; the run spec is malformed.") from None
-    template = (*first[:position], WORKER_INDEX, *first[position + 1 :])
     for index, task in enumerate(tasks):
-        expected = tuple(str(index) if arg == WORKER_INDEX else arg for arg in template)
-        if task.name != f"rollout-{index}" or task.argv != expected or task.env != tasks[0].env:
+        if task.name != f"rollout-{index}":
+            raise ConfigError(f"rollout task {task.name} is not rollout-{index} of the group.")
+    return tuple(_indexed_template(tasks, "--worker-id"))
+
+
+def _indexed_template(
+    specs: Sequence[TaskSpec], index_flag: str, placeholders: Mapping[str, str] | None = None
+) -> list[str]:
+    """The argv that task ``i`` of ``specs`` runs with ``index_flag i``, as one group's template.
+
+    ``index_flag``'s value becomes ``${NOMAD_ALLOC_INDEX}`` and each ``placeholders`` flag's
+    value its Nomad variable; a task that differs from the first by anything else cannot be
+    one allocation of a group, and is refused.
+    """
+    variables = {index_flag: WORKER_INDEX, **(placeholders or {})}
+
+    def templated(spec: TaskSpec, index: int) -> list[str]:
+        argv = list(spec.argv)
+        if _flag(argv, index_flag) != str(index):
             raise ConfigError(
-                f"rollout task {task.name} differs from rollout-0 by more than its worker id; "
+                f"task {spec.name} has no {index_flag} {index}; the run spec is malformed."
+            )
+        for flag, value in variables.items():
+            if _flag(argv, flag) is None:
+                raise ConfigError(f"task {spec.name} has no {flag}; the run spec is malformed.")
+            argv[argv.index(flag) + 1] = value
+        return argv
+
+    template = templated(specs[0], 0)
+    for index, spec in enumerate(specs):
+        if templated(spec, index) != template or spec.env != specs[0].env:
+            raise ConfigError(
+                f"task {spec.name} differs from {specs[0].name} by more than its {index_flag}; "
                 "one Nomad group cannot run it."
             )
     return template

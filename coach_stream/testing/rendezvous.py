@@ -12,8 +12,9 @@ from typing import Any
 
 import torch
 
+from coach_stream.addresses import Address, format_address
 from coach_stream.trainer.collective import TorchCollective
-from coach_stream.trainer.rendezvous import Address, AnnouncedRendezvous, format_address
+from coach_stream.trainer.rendezvous import AnnouncedRendezvous
 from coach_stream.transport.control import KafkaControlPublisher, KafkaControlSubscriber
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 

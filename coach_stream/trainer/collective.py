@@ -28,9 +28,9 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Store, TCPStore  # typed here; re-exported untyped
 
+from coach_stream.addresses import format_address
 from coach_stream.core import Collective, Rendezvous
 from coach_stream.errors import RankLostError
-from coach_stream.trainer.rendezvous import format_address
 
 log = logging.getLogger(__name__)
 

@@ -20,28 +20,13 @@ import logging
 import time
 from collections.abc import Callable
 
+from coach_stream.addresses import Address, format_address, parse_address
 from coach_stream.core import ControlLogReader, ControlMessage, TrainerRendezvous
-from coach_stream.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-Address = tuple[str, int]
 
 _POLL_S = 0.5  # one wait for new control messages while no announcement is known
-
-
-def parse_address(text: str | None, flag: str = "--rendezvous") -> Address:
-    """``HOST:PORT`` as a pair, or a one-line ``ConfigError`` naming ``flag``."""
-    host, _, port = (text or "").rpartition(":")
-    host = host.strip("[]")  # an IPv6 address is written [::1]:29500
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"{flag} must be HOST:PORT (where rank 0 listens), got {text!r}.")
-    return host, int(port)
-
-
-def format_address(address: Address) -> str:
-    host, port = address
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class FixedRendezvous:

@@ -9,15 +9,11 @@ import itertools
 
 import pytest
 
+from coach_stream.addresses import format_address, parse_address
 from coach_stream.core import ControlMessage, PolicyVersion, TrainerRendezvous
 from coach_stream.errors import ConfigError, RankLostError
 from coach_stream.trainer.collective import TorchCollective
-from coach_stream.trainer.rendezvous import (
-    AnnouncedRendezvous,
-    FixedRendezvous,
-    format_address,
-    parse_address,
-)
+from coach_stream.trainer.rendezvous import AnnouncedRendezvous, FixedRendezvous
 
 
 class Topic:
