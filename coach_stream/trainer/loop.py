@@ -221,6 +221,7 @@ class Trainer:
             return self.finished
         self.learner.load_state_dict(handover["learner"])
         self.version, self.env_steps = handover["version"], handover["env_steps"]
+        self._last_log = (self.clock(), self.env_steps, self.learner.updates)
         self.resumed_from = handover["resumed_from"]
         self.ledger.restore(handover["last_seqs"], {})
         if self.settings.refill:  # its replay buffer: its own partitions' log, re-read
@@ -500,6 +501,9 @@ class Trainer:
         torch.set_rng_state(state.torch_rng)
         self.generator.set_state(state.generator_rng)
         self.env_steps = state.env_steps
+        # rates count from the resume, not from 0: else the first progress event reports
+        # every step stored in the state as read within one interval
+        self._last_log = (self.clock(), self.env_steps, self.learner.updates)
         self.dropped_stale = state.counters.get("dropped_stale", 0)
         self.dropped_stale_steps = state.counters.get("dropped_stale_steps", 0)
         self.ledger.restore(state.last_chunk_seqs, state.counters)
