@@ -33,7 +33,7 @@ from coach_stream.envs import EnvShape
 from coach_stream.errors import ConfigError
 from coach_stream.rollout.worker import WorkerSettings
 from coach_stream.trainer.collective import SOLO
-from coach_stream.trainer.loop import TrainerSettings
+from coach_stream.trainer.settings import TrainerSettings
 
 
 class AlgorithmBuilder(Protocol):

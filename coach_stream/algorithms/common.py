@@ -15,7 +15,7 @@ from coach_stream.policies.networks import ActorCritic, GaussianActorCritic
 from coach_stream.rollout.worker import WorkerSettings
 from coach_stream.trainer.collective import SOLO
 from coach_stream.trainer.device import resolve_device
-from coach_stream.trainer.loop import TrainerSettings
+from coach_stream.trainer.settings import TrainerSettings
 
 REPLAY_MIXES_STATISTICS = (
     "its replay buffer would mix experience normalised with different statistics"

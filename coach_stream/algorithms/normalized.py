@@ -18,8 +18,8 @@ from coach_stream.envs import EnvShape
 from coach_stream.policies.normalization import NormalizingActor
 from coach_stream.rollout.worker import WorkerSettings
 from coach_stream.trainer.collective import SOLO
-from coach_stream.trainer.loop import TrainerSettings
 from coach_stream.trainer.normalize import NormalizingLearner
+from coach_stream.trainer.settings import TrainerSettings
 
 if TYPE_CHECKING:
     from coach_stream.algorithms import AlgorithmBuilder

@@ -61,48 +61,56 @@ def setup_process() -> None:
     )
 
 
+WorkersOption = typer.Option(2, "--workers", min=1, help="Rollout workers of the run.")
+DeviceOption = typer.Option(
+    None,
+    "--device",
+    help="Where the trainer learns: auto (a GPU when there is one), cpu or cuda. "
+    "Default: the preset's trainer.device (cpu). Workers always act on the CPU.",
+)
+RankOption = typer.Option(
+    0,
+    "--rank",
+    min=0,
+    help="This process's rank among the preset's trainer.count data-parallel trainers "
+    "(0 stores checkpoints and announces versions). On Nomad: ${NOMAD_ALLOC_INDEX}.",
+)
+RendezvousOption = typer.Option(
+    None,
+    "--rendezvous",
+    help="HOST:PORT where rank 0 listens for the other trainer ranks (needed when "
+    "trainer.count > 1; `launch` picks one).",
+)
+AnnounceRendezvousOption = typer.Option(
+    False,
+    "--announce-rendezvous",
+    help="Rank 0 announces its --rendezvous on the run's control topic and the other "
+    "ranks join the address it announced (their own --rendezvous is unused): ranks on "
+    "nodes picked at run time. The Nomad job passes ${NOMAD_ADDR_rendezvous}.",
+)
+ExperienceFromOption = typer.Option(
+    None,
+    "--experience-from",
+    help="Learn from this run's experience topic instead of the run's own: a shadow "
+    "learner (what `coach-stream attach` starts). It ends when that run has ended and "
+    "its experience was read to the end.",
+)
+
+
 def train(
     preset: str = opt.PresetOption,
     run_id: str = opt.RunIdOption,
     kafka: str | None = opt.KafkaOption,
     checkpoints: str | None = opt.CheckpointsOption,
     gcs_emulator: str | None = opt.GcsEmulatorOption,
-    workers: int = typer.Option(2, "--workers", min=1, help="Rollout workers of the run."),
+    workers: int = WorkersOption,
     seed: int | None = opt.SeedOption,
     overrides: list[str] = opt.SetOption,
-    device: str | None = typer.Option(
-        None,
-        "--device",
-        help="Where the trainer learns: auto (a GPU when there is one), cpu or cuda. "
-        "Default: the preset's trainer.device (cpu). Workers always act on the CPU.",
-    ),
-    rank: int = typer.Option(
-        0,
-        "--rank",
-        min=0,
-        help="This process's rank among the preset's trainer.count data-parallel trainers "
-        "(0 stores checkpoints and announces versions). On Nomad: ${NOMAD_ALLOC_INDEX}.",
-    ),
-    rendezvous: str | None = typer.Option(
-        None,
-        "--rendezvous",
-        help="HOST:PORT where rank 0 listens for the other trainer ranks (needed when "
-        "trainer.count > 1; `launch` picks one).",
-    ),
-    announce_rendezvous: bool = typer.Option(
-        False,
-        "--announce-rendezvous",
-        help="Rank 0 announces its --rendezvous on the run's control topic and the other "
-        "ranks join the address it announced (their own --rendezvous is unused): ranks on "
-        "nodes picked at run time. The Nomad job passes ${NOMAD_ADDR_rendezvous}.",
-    ),
-    experience_from: str | None = typer.Option(
-        None,
-        "--experience-from",
-        help="Learn from this run's experience topic instead of the run's own: a shadow "
-        "learner (what `coach-stream attach` starts). It ends when that run has ended and "
-        "its experience was read to the end.",
-    ),
+    device: str | None = DeviceOption,
+    rank: int = RankOption,
+    rendezvous: str | None = RendezvousOption,
+    announce_rendezvous: bool = AnnounceRendezvousOption,
+    experience_from: str | None = ExperienceFromOption,
 ) -> None:
     """Train a preset: read experience, learn, announce policy versions, end the run."""
     setup_process()

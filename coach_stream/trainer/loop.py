@@ -13,30 +13,21 @@ was read to its end. ``env_steps`` (the budget, and what ``learn`` anneals by) c
 steps the learner kept: steps it dropped as stale (SYNC PPO's late versions, IMPALA's
 too-old chunks) are counted apart, in ``dropped_stale_steps``.
 
-Resume after ``kill -9``: the newest ``runs/<run_id>/trainer/<v>.pt`` restores model,
-optimizer, counters and RNG; the reader seeks to its stored positions; DQN first re-reads
-the log up to those positions into its replay buffer. If the control topic's newest
-version is not the restored one, the restored weights are announced as a new version,
-so SYNC workers and the trainer agree on the version again. A control topic with
-announced versions but a store with no trainer state (an emptied or different store) is a
-``ResumeError``: starting over would silently discard the run while its version numbers
-carry on.
+Resume after ``kill -9``: ``trainer.resume`` finds the newest trainer state, and the reader
+seeks to its positions. Restored weights the control topic never announced are announced as
+a new version, so SYNC workers and the trainer agree again. Versions announced but no state
+stored is a ``ResumeError``: starting over would silently discard the run.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import time
-from collections import Counter, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from coach_stream.checkpoints.keys import trainer_key, trainer_prefix
-from coach_stream.checkpoints.retention import stored_trainer_versions
 from coach_stream.checkpoints.serialization import policy_to_bytes
 from coach_stream.control.announcer import Announcer
 from coach_stream.core import (
@@ -55,38 +46,22 @@ from coach_stream.core import (
     SourceRun,
 )
 from coach_stream.errors import (
-    CheckpointError,
-    CheckpointNotFoundError,
-    IntegrityError,
     ResumeError,
 )
 from coach_stream.trainer.collective import SOLO
 from coach_stream.trainer.ledger import ChunkLedger
-from coach_stream.trainer.state import TrainerState, state_from_bytes, state_to_bytes
+from coach_stream.trainer.progress import ProgressMeter
+from coach_stream.trainer.resume import (
+    lost_state_message,
+    merged_state,
+    newest_state,
+    refill,
+    state_part,
+)
+from coach_stream.trainer.settings import TrainerSettings
+from coach_stream.trainer.state import TrainerState, state_to_bytes
 
 log = logging.getLogger(__name__)
-
-_REFILL_READ_S = 0.5  # one refill read's wait: short, so the idle limit is checked often
-
-
-@dataclass(frozen=True)
-class TrainerSettings:
-    run_id: str
-    target_return: float
-    eval_episodes: int
-    env_step_budget: int
-    read_batch: int = 256
-    read_timeout_s: float = 0.05
-    checkpoint_every: int = 1
-    keep_policies: int = 5
-    keep_trainer_states: int = 3
-    log_every_s: float = 1.0
-    control_catchup_s: float = 2.0
-    control_poll_s: float = 0.05  # how often the control topic is checked for evaluations
-    refill: bool = False  # re-read the log behind the stored positions on resume (DQN)
-    refill_idle_s: float = 30.0
-    """A refill that reads nothing new for this long stops short (the topic was recreated,
-    or the broker is unreachable) and the trainer goes on with what it has."""
 
 
 class Trainer:
@@ -122,18 +97,12 @@ class Trainer:
         self.finished: RunFinished | None = None
         self.last_policy: PolicyVersion | None = None
         self.last_checkpoint: tuple[int, float] | None = None  # (version, Unix time saved)
-        self._eval_returns: deque[float] = deque(maxlen=settings.eval_episodes)
-        self._train_returns: deque[float] = deque(maxlen=100)
-        self._lag_sum = self._lag_count = 0
-        self._lag_counts: Counter[int] = Counter()  # chunks per lag: the report's histogram
         self._metrics: dict[str, float] = {}
         self._after_refill: list[ExperienceChunk] = []  # read past the stored positions
         self._restored_positions: dict[int, int] = {}  # every rank's, for the other ranks
         self._parts: list[dict[str, Any]] = []  # every rank's part of the next state
-        self._seconds = {"read_s": 0.0, "learn_s": 0.0, "publish_s": 0.0}  # where time goes
-        self._last_log = (clock(), 0, 0)
+        self.progress = ProgressMeter(clock, settings.eval_episodes)
         self._last_control = 0.0
-        self._started = clock()
 
     # ------------------------------------------------------------------ the loop
 
@@ -173,10 +142,10 @@ class Trainer:
             keep_trainer_states=self.settings.keep_trainer_states,
             last_announced=newest,
         )
-        state = self._newest_state()
+        state = newest_state(self.store, self.settings.run_id)
         if state is None:
             if newest is not None:
-                raise ResumeError(self._lost_state_message(newest))
+                raise ResumeError(lost_state_message(self.store, self.settings.run_id, newest))
             self._publish(save_state=True, gather=False)
             return None
         self._restore(state)
@@ -221,13 +190,11 @@ class Trainer:
             return self.finished
         self.learner.load_state_dict(handover["learner"])
         self.version, self.env_steps = handover["version"], handover["env_steps"]
-        self._last_log = (self.clock(), self.env_steps, self.learner.updates)
+        self.progress.rebase(self.env_steps, self.learner.updates)
         self.resumed_from = handover["resumed_from"]
         self.ledger.restore(handover["last_seqs"], {})
         if self.settings.refill:  # its replay buffer: its own partitions' log, re-read
-            self._refill(handover["positions"])
-            self._consume(self._after_refill)
-            self._after_refill = []
+            self._consume(self._refill(handover["positions"]))
         else:
             self.reader.seek(handover["positions"])  # its own partitions' part of them
         self.events(
@@ -247,7 +214,7 @@ class Trainer:
         if stop and self.collective.world == 1:  # one trainer ends before it reads more
             return self._stop(stop)
         learner = self.learner
-        seconds, clock = self._seconds, self.clock
+        seconds, clock = self.progress.seconds, self.clock
         if learner.wants_data():
             timeout = 0.0 if learner.ready() else self.settings.read_timeout_s
             t0 = clock()
@@ -269,7 +236,7 @@ class Trainer:
             return self._end("budget_exhausted")
         if self.source is not None and self.source.exhausted():
             return self._end("source_exhausted")
-        if self.clock() - self._last_log[0] >= self.settings.log_every_s:
+        if self.progress.due(self.settings.log_every_s):
             self._log_progress()
         return None
 
@@ -292,7 +259,7 @@ class Trainer:
             self._last_control = now
         if self.finished is not None:
             return self._FINISHED
-        return self._TARGET if self._target_reached() else 0
+        return self._TARGET if self.progress.target_reached(self.settings.target_return) else 0
 
     def _agree(self, stop: int) -> int:
         """Sum the steps every rank read this pass into ``env_steps`` (the budget and the
@@ -333,14 +300,11 @@ class Trainer:
             self._unagreed_steps += chunk.num_steps
             if self.source is not None:  # another run's versions: no lag against ours
                 if chunk.episode_return is not None:
-                    self._train_returns.append(chunk.episode_return)
+                    self.progress.train_returns.append(chunk.episode_return)
                 continue
-            lag = max(0, self.version - chunk.policy_version)
-            self._lag_sum += lag
-            self._lag_count += 1
-            self._lag_counts[lag] += 1
+            self.progress.chunk_read(max(0, self.version - chunk.policy_version))
             if chunk.episode_return is not None:
-                self._train_returns.append(chunk.episode_return)
+                self.progress.train_returns.append(chunk.episode_return)
 
     def _absorb(self, messages: Sequence[ControlMessage]) -> PolicyVersion | None:
         newest: PolicyVersion | None = None
@@ -351,11 +315,7 @@ class Trainer:
                     message.run_id,
                     self.settings.run_id,
                 )
-            elif isinstance(message, EvaluationReport):
-                if not all(math.isfinite(r) for r in message.returns):
-                    log.warning("ignoring an evaluation report with non-finite returns")
-                    continue
-                self._eval_returns.extend(message.returns)
+            elif isinstance(message, EvaluationReport) and self.progress.evaluated(message.returns):
                 self.events(
                     "evaluation",
                     {
@@ -371,12 +331,6 @@ class Trainer:
             ):
                 newest = message  # a TrainerRendezvous is for the ranks, not for the loop
         return newest
-
-    def _target_reached(self) -> bool:
-        returns = self._eval_returns
-        if len(returns) < self.settings.eval_episodes:
-            return False
-        return sum(returns) / len(returns) >= self.settings.target_return
 
     # ------------------------------------------------------------------ versions and state
 
@@ -428,72 +382,22 @@ class Trainer:
 
     def _part(self) -> dict[str, Any]:
         """This rank's share of a trainer state: where it read to and what it counted."""
-        return {
-            "positions": dict(self.reader.positions()),
-            "counters": {
-                "dropped_stale": self.dropped_stale,
-                "dropped_stale_steps": self.dropped_stale_steps,
-                **self.ledger.counters(),
-            },
-            "last_seqs": dict(self.ledger.last_seqs),
+        counters = {
+            "dropped_stale": self.dropped_stale,
+            "dropped_stale_steps": self.dropped_stale_steps,
         }
+        return state_part(self.reader, self.ledger, counters)
 
     def _state(self, version: int) -> TrainerState:
         """The resume point: with K ranks, every rank's positions, and counters summed."""
         parts = self._parts if self.collective.world > 1 and self._parts else [self._part()]
-        positions: dict[int, int] = {}
-        counters: Counter[str] = Counter()
-        last_seqs: dict[str, int] = {}
-        for part in parts:
-            positions.update(part["positions"])
-            counters.update(part["counters"])
-            for key, seq in part["last_seqs"].items():
-                # every rank holds the whole ledger it resumed with, so a rank's copy of
-                # another rank's key is stale: the newest (highest) chunk_seq is the truth
-                last_seqs[key] = max(seq, last_seqs.get(key, seq))
-        return TrainerState(
+        return merged_state(
+            parts,
             version=version,
-            positions=positions,
             env_steps=self.env_steps,
-            counters=dict(counters),
-            learner=self.learner.state_dict(),
-            torch_rng=torch.get_rng_state(),
-            generator_rng=self.generator.get_state(),
-            eval_returns=list(self._eval_returns),
-            last_chunk_seqs=last_seqs,
-        )
-
-    def _newest_state(self) -> TrainerState | None:
-        """The newest stored trainer state that loads; None when there is none at all.
-
-        An unloadable (damaged) or vanished state is skipped for the next older one: that
-        is what keeping ``keep_trainer_states`` of them is for. A store outage is raised.
-        """
-        versions = stored_trainer_versions(self.store, self.settings.run_id)
-        first_error: CheckpointError | None = None
-        for version in reversed(versions):
-            uri = self.store.uri(trainer_key(self.settings.run_id, version))
-            try:
-                return state_from_bytes(self.store.get(uri))
-            except (IntegrityError, CheckpointNotFoundError) as error:
-                log.warning("skipping trainer state %s: %s", uri, error)
-                first_error = first_error or error
-        if first_error is not None:
-            where = self.store.uri(trainer_prefix(self.settings.run_id).rstrip("/"))
-            raise ResumeError(
-                f"none of the {len(versions)} trainer states in {where} can be loaded (the "
-                f"newest: {first_error}); restore them or start a new run id."
-            )
-        return None
-
-    def _lost_state_message(self, newest: PolicyVersion) -> str:
-        where = self.store.uri(trainer_prefix(self.settings.run_id).rstrip("/"))
-        return (
-            f"run {self.settings.run_id} announced policy versions up to {newest.version} "
-            f"but {where} holds no trainer state, so the checkpoint store was emptied or "
-            "is not the one the run used; point the trainer at the run's store (e.g. "
-            "--checkpoints, STORAGE_EMULATOR_HOST) or start a new run id instead of "
-            "silently training from scratch."
+            learner=self.learner,
+            generator=self.generator,
+            eval_returns=list(self.progress.eval_returns),
         )
 
     def _restore(self, state: TrainerState) -> None:
@@ -503,63 +407,33 @@ class Trainer:
         self.env_steps = state.env_steps
         # rates count from the resume, not from 0: else the first progress event reports
         # every step stored in the state as read within one interval
-        self._last_log = (self.clock(), self.env_steps, self.learner.updates)
+        self.progress.rebase(self.env_steps, self.learner.updates)
         self.dropped_stale = state.counters.get("dropped_stale", 0)
         self.dropped_stale_steps = state.counters.get("dropped_stale_steps", 0)
         self.ledger.restore(state.last_chunk_seqs, state.counters)
-        if not self._eval_returns:  # the control topic, when readable, is the full record
-            self._eval_returns.extend(state.eval_returns)
+        evals = self.progress.eval_returns
+        if not evals:  # the control topic, when readable, is the full record
+            evals.extend(state.eval_returns)
         self.resumed_from = state.version
         self._restored_positions = dict(state.positions)
         if self.settings.refill:
-            self._refill(state.positions)  # leaves the reader at (or just past) the positions
+            # leaves the reader at (or just past) the positions; what it read past them is
+            # consumed once the restored version is announced
+            self._after_refill = self._refill(state.positions)
         else:
             self.reader.seek(state.positions)
 
-    def _refill(self, target: dict[int, int]) -> None:
-        """Re-read the log up to ``target`` into the replay buffer (the log is the replay).
-
-        One record per read, so each chunk is attributed to the partition whose position
-        moved: chunks before ``target`` only refill the buffer, chunks past it are new
-        experience and are consumed (counted) normally once the trainer is running.
-        """
+    def _refill(self, target: dict[int, int]) -> list[ExperienceChunk]:
+        """Re-read the log up to ``target`` into the replay buffer (the log is the replay);
+        return the chunks read past it."""
         if self.collective.world > 1:  # another rank re-reads the other partitions
             own = self.reader.positions()
             target = {p: offset for p, offset in target.items() if p in own}
-        self.reader.seek(dict.fromkeys(target, 0))
-        positions, refilled, idle_since = self.reader.positions(), 0, self.clock()
-        while any(positions.get(p, 0) < offset for p, offset in target.items()):
-            chunks, moved, positions = self._read_one_record(positions)
-            if moved is not None:
-                idle_since = self.clock()
-            elif self.clock() - idle_since > self.settings.refill_idle_s:
-                log.warning(
-                    "replay refill read nothing for %.0f s and stopped at %s short of %s "
-                    "(topic recreated, or the broker unreachable)",
-                    self.settings.refill_idle_s,
-                    positions,
-                    target,
-                )
-                break
-            if chunks and moved is not None and positions[moved] <= target.get(moved, 0):
-                self.learner.refill(chunks)
-                refilled += len(chunks)
-            else:
-                self._after_refill.extend(chunks)
-        self.events("refilled", {"chunks": refilled, "positions": dict(positions)})
-
-    def _read_one_record(
-        self, before: dict[int, int]
-    ) -> tuple[list[ExperienceChunk], int | None, dict[int, int]]:
-        """Read at most one record: (its chunks, the partition it came from or None, positions).
-
-        The partition is found by comparing positions, since a chunk does not say where it
-        was read; a record the reader dead-letters moves a position but yields no chunk.
-        """
-        chunks = list(self.reader.read(1, _REFILL_READ_S))
-        after = dict(self.reader.positions())
-        moved = next((p for p in after if after[p] != before.get(p)), None)
-        return chunks, moved, after
+        refilled, positions, after = refill(
+            self.reader, self.learner, target, self.settings.refill_idle_s, self.clock
+        )
+        self.events("refilled", {"chunks": refilled, "positions": positions})
+        return after
 
     # ------------------------------------------------------------------ progress and end
 
@@ -579,7 +453,6 @@ class Trainer:
         return self.finished
 
     def _report_finished(self, finished: RunFinished) -> None:
-        returns = list(self._eval_returns)
         self.events(
             "finished",
             {
@@ -588,8 +461,8 @@ class Trainer:
                 "checkpoint_uri": self.last_policy.uri if self.last_policy else None,
                 "env_steps": self.env_steps,
                 "updates": self.learner.updates,
-                "wall_s": self.clock() - self._started,
-                "eval_mean_return": sum(returns) / len(returns) if returns else None,
+                "wall_s": self.progress.wall_s(),
+                "eval_mean_return": self.progress.eval_mean(),
                 **self.ledger.counters(),
             },
         )
@@ -602,34 +475,23 @@ class Trainer:
         own metrics. The loop adds the ``train/`` prefix itself and uses it for nothing
         else, so a learner metric can never overwrite a loop field.
         """
-        now = self.clock()
-        then, steps_then, updates_then = self._last_log
-        elapsed = max(now - then, 1e-9)
-        evals, trains = list(self._eval_returns), list(self._train_returns)
+        checkpoint = self.last_checkpoint
         fields: dict[str, object] = {
             "time/env_steps": self.env_steps,
             "time/updates": self.learner.updates,
             "time/policy_version": self.version,
-            "time/env_steps_per_s": (self.env_steps - steps_then) / elapsed,
-            "time/updates_per_s": (self.learner.updates - updates_then) / elapsed,
-            "time/wall_s": now - self._started,
-            **{f"time/{name}": seconds for name, seconds in self._seconds.items()},
-            "rollout/policy_lag_mean": self._lag_sum / self._lag_count if self._lag_count else None,
-            "rollout/policy_lag_counts": dict(self._lag_counts),  # {lag: chunks} this interval
+            **self.progress.interval(self.env_steps, self.learner.updates),
             "rollout/dropped_stale": self.dropped_stale,
             "rollout/dropped_stale_steps": self.dropped_stale_steps,
             "rollout/dead_lettered": self.reader.dead_lettered,  # records unfit to train on
             "rollout/duplicate_chunks": self.ledger.duplicates,  # 0, or experience read twice
             "rollout/chunk_gaps": self.ledger.gaps,  # 0, or experience missing from the log
-            "rollout/mean_return": sum(trains) / len(trains) if trains else None,
-            "eval/mean_return": sum(evals) / len(evals) if evals else None,
+            "rollout/mean_return": self.progress.train_mean(),
+            "eval/mean_return": self.progress.eval_mean(),
             **{f"train/{name}": value for name, value in self._metrics.items()},
             # status and /metrics: the resume point and its age; SILENT after 3x the interval
-            "time/checkpoint_version": self.last_checkpoint[0] if self.last_checkpoint else None,
-            "time/checkpoint_saved_at": self.last_checkpoint[1] if self.last_checkpoint else None,
+            "time/checkpoint_version": checkpoint[0] if checkpoint else None,
+            "time/checkpoint_saved_at": checkpoint[1] if checkpoint else None,
             "time/log_every_s": self.settings.log_every_s,
         }
         self.events("progress", fields)
-        self._lag_sum = self._lag_count = 0
-        self._lag_counts.clear()
-        self._last_log = (now, self.env_steps, self.learner.updates)

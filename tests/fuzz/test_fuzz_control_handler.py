@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections import deque
 from collections.abc import Iterator, Mapping
 from types import SimpleNamespace
 from typing import Any
@@ -41,6 +40,7 @@ from coach_stream.errors import DecodeError
 from coach_stream.runids import check_run_id
 from coach_stream.testing.memory_store import MemoryCheckpointStore
 from coach_stream.trainer.loop import Trainer
+from coach_stream.trainer.progress import ProgressMeter
 from coach_stream.transport.control import KafkaControlSubscriber
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 
@@ -228,7 +228,7 @@ def test_the_trainer_absorbs_any_control_topic(values: list[bytes | None]) -> No
     messages = through_subscriber(list(values))
     trainer: Any = SimpleNamespace(
         settings=SimpleNamespace(run_id=RUN_ID),
-        _eval_returns=deque(maxlen=10),
+        progress=ProgressMeter(lambda: 0.0, eval_episodes=10),
         events=lambda kind, fields: None,
         finished=None,
     )
@@ -238,7 +238,7 @@ def test_the_trainer_absorbs_any_control_topic(values: list[bytes | None]) -> No
     if trainer.finished is not None:
         assert trainer.finished.run_id == RUN_ID
     # a return of inf would reach the target, a NaN would hide it: both are refused
-    assert all(math.isfinite(r) for r in trainer._eval_returns)
+    assert all(math.isfinite(r) for r in trainer.progress.eval_returns)
 
 
 # ------------------------------------------------------------------ the workers' policy source

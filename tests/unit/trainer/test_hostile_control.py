@@ -25,7 +25,7 @@ def test_another_runs_end_and_evaluations_and_non_finite_returns_are_ignored() -
     ]:
         control.append(hostile)
     assert trainer.iterate() is None  # neither finished nor solved by any of them
-    assert trainer.finished is None and list(trainer._eval_returns) == []
+    assert trainer.finished is None and list(trainer.progress.eval_returns) == []
 
     control.append(EvaluationReport(RUN, 0, 0, returns=(450.0,), created_at_ms=0))
     finished = trainer.iterate()

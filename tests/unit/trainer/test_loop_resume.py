@@ -24,7 +24,8 @@ from coach_stream.testing.memory_control import (
 )
 from coach_stream.testing.memory_log import MemoryExperienceReader, MemoryLog
 from coach_stream.testing.memory_store import MemoryCheckpointStore
-from coach_stream.trainer.loop import Trainer, TrainerSettings
+from coach_stream.trainer.loop import Trainer
+from coach_stream.trainer.settings import TrainerSettings
 
 RUN = "loop-run"
 
