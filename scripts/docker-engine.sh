@@ -144,6 +144,8 @@ case "${1:-}" in
   down) down ;;
   env) echo "export DOCKER_HOST=$DOCKER_HOST" ;;
   status) answers ;;
-  driver) docker_cli info --format '{{.Driver}}' ;;
+  driver)
+    answers || { echo "no Docker engine answers at $DOCKER_HOST; start it with \`$0 up\`." >&2; exit 1; }
+    docker_cli info --format '{{.Driver}}' ;;
   *) echo "usage: $0 up|down|env|status|driver" >&2; exit 2 ;;
 esac

@@ -180,18 +180,20 @@ def _rendezvous(
         raise ConfigError(
             f"--rank {rank} is outside the preset's trainer.count {ranks}; use 0 to {ranks - 1}."
         )
+    # a malformed address is refused even where it is unused: the command line has a typo
+    meeting = None if rendezvous is None else parse_address(rendezvous)
     if ranks == 1:
         return None
     if experience_from is not None:
         raise ConfigError(
             "A shadow learner (--experience-from) runs one trainer; set trainer.count to 1."
         )
-    if rendezvous is None:
+    if meeting is None:
         raise ConfigError(
             f"trainer.count {ranks} needs --rendezvous HOST:PORT (where rank 0 listens); "
             f"`coach-stream launch --trainers {ranks}` sets it."
         )
-    return parse_address(rendezvous)
+    return meeting
 
 
 @contextlib.contextmanager

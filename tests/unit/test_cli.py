@@ -98,6 +98,8 @@ TWO_RANKS = ["train", "--preset", "cartpole-ppo", "--run-id", "r", "--set", "tra
             "--rendezvous must be HOST:PORT (where rank 0 listens), got '${NOMAD_ADDR_rend",
         ),
         ([*TWO_RANKS, "--rendezvous", "10.0.0.1:70000"], "--rendezvous must be HOST:PORT"),
+        # one trainer never meets another, but a malformed address is still a typo to report
+        ([*TWO_RANKS[:5], "--rendezvous", "nohost"], "--rendezvous must be HOST:PORT"),
     ],
 )
 def test_bad_trainer_ranks_are_one_line_and_exit_2(
