@@ -21,12 +21,15 @@ import torch
 from coach_stream.core import Action, LoadedPolicy
 from coach_stream.errors import IntegrityError
 from coach_stream.policies.networks import (
+    HALF_LOG_2PI,
+    LOG_STD_MAX,
+    LOG_STD_MIN,
     ActorCritic,
     GaussianActorCritic,
     QNetwork,
     SquashedGaussianActor,
-    normal_log_prob,
 )
+from coach_stream.policies.numpy_mlp import NumpyActorCritic, NumpyMLP
 
 if TYPE_CHECKING:  # type-only: a worker importing its actors does not load the trainer
     from coach_stream.trainer.dqn import DQNConfig
@@ -57,69 +60,6 @@ class _SamplingActor(Generic[Net]):
         self.version = policy.version.version
 
 
-class NumpyMLP:
-    """The forward pass of an MLP (``networks._mlp``: Linear, activation, ..., Linear) in
-    numpy, with a copy of its weights.
-
-    For a network of a few thousand weights acting on a few observations, torch's
-    per-operation dispatch (~10 us each, ~15 of them per act) is most of the cost; after
-    every env in the vector env has slept (a latency-bound env) that code runs cold and
-    costs 3-4x more again: 625 us of CPU per act of a 64x64 MLP on 8 CartPole
-    observations, 154 us in numpy (``bench/scale.py``, docs/performance.md).
-    """
-
-    def __init__(self, mlp: torch.nn.Sequential) -> None:
-        modules = list(mlp)
-        linears = modules[0::2]
-        activations = {type(m) for m in modules[1::2]}
-        if not all(isinstance(m, torch.nn.Linear) for m in linears) or not activations <= {
-            torch.nn.Tanh,
-            torch.nn.ReLU,
-        }:
-            raise TypeError(f"not an MLP of Linear layers and one activation: {mlp}")
-        self.layers = [
-            (m.weight.detach().numpy().T.copy(), m.bias.detach().numpy().copy())
-            for m in linears
-            if isinstance(m, torch.nn.Linear)
-        ]
-        self.tanh = torch.nn.Tanh in activations
-
-    @classmethod
-    def side_by_side(cls, first: torch.nn.Sequential, second: torch.nn.Sequential) -> NumpyMLP:
-        """One MLP whose outputs are ``first``'s then ``second``'s (an actor and a critic).
-
-        The weights are block-diagonal: both networks cost one pass of numpy calls instead
-        of two, and the zero blocks add exact zeros. On 8 CartPole observations with 64x64
-        layers, the act with its sampling took 72 us against 113 us as two passes.
-        """
-        a, b = cls(first), cls(second)
-        if len(a.layers) != len(b.layers) or a.tanh != b.tanh:
-            raise TypeError("side_by_side needs two MLPs of the same depth and activation")
-        layers = []
-        for i, ((wa, ba), (wb, bb)) in enumerate(zip(a.layers, b.layers, strict=True)):
-            if i == 0:  # both read the same input
-                weight = np.concatenate([wa, wb], axis=1)
-            else:
-                weight = np.zeros((wa.shape[0] + wb.shape[0], wa.shape[1] + wb.shape[1]), wa.dtype)
-                weight[: wa.shape[0], : wa.shape[1]] = wa
-                weight[wa.shape[0] :, wa.shape[1] :] = wb
-            layers.append((weight, np.concatenate([ba, bb])))
-        a.layers = layers
-        return a
-
-    def __call__(self, x: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-        last = len(self.layers) - 1
-        for i, (weight, bias) in enumerate(self.layers):
-            x = x @ weight
-            x += bias
-            if i < last:
-                if self.tanh:
-                    np.tanh(x, out=x)
-                else:
-                    np.maximum(x, 0.0, out=x)
-        return x
-
-
 class PPOActor(_SamplingActor[ActorCritic]):
     """Samples from the actor-critic's categorical policy (or its mode when greedy).
 
@@ -129,13 +69,13 @@ class PPOActor(_SamplingActor[ActorCritic]):
     def __init__(self, net: ActorCritic, greedy: bool, seed: int) -> None:
         super().__init__(net, greedy, seed)
         self._rng = np.random.default_rng(seed)
-        self._numpy: NumpyMLP | None = None  # logits then the value, in one pass
+        self._numpy: NumpyActorCritic | None = None  # (logits, values)
         self._rows = np.arange(0)
 
     def load(self, policy: LoadedPolicy) -> None:
         super().load(policy)
         if self.net.encoder is None:
-            self._numpy = NumpyMLP.side_by_side(self.net.actor, self.net.critic)
+            self._numpy = NumpyActorCritic(self.net.actor, self.net.critic)
 
     def act(self, obs: npt.NDArray[np.generic]) -> Action:
         if self._numpy is not None:
@@ -145,8 +85,7 @@ class PPOActor(_SamplingActor[ActorCritic]):
     def _act_numpy(self, obs: npt.NDArray[np.generic]) -> Action:
         assert self._numpy is not None
         n = len(obs)
-        out = self._numpy(np.asarray(obs, dtype=np.float32).reshape(n, -1))
-        logits = out[:, :-1]
+        logits, values = self._numpy(np.asarray(obs, dtype=np.float32).reshape(n, -1))
         if self.greedy:
             return Action(actions=logits.argmax(-1).astype(np.int64))
         shifted = logits - logits.max(-1, keepdims=True)
@@ -161,7 +100,7 @@ class PPOActor(_SamplingActor[ActorCritic]):
         return Action(
             actions=actions,
             log_probs=log_probs.astype(np.float32),
-            values=out[:, -1].astype(np.float32),
+            values=values.astype(np.float32),
         )
 
     @torch.no_grad()
@@ -224,21 +163,40 @@ class DQNActor:
 
 
 class GaussianPPOActor(_SamplingActor[GaussianActorCritic]):
-    """Samples PPO's diagonal Gaussian (its mean when greedy); the env clips to bounds."""
+    """Samples PPO's diagonal Gaussian (its mean when greedy); the env clips to bounds.
 
-    @torch.no_grad()
+    The mean and the value come from numpy (``NumpyActorCritic``, refreshed at every
+    version), as ``PPOActor``'s do: on HalfCheetah's one env a worker's torch act cost about
+    as much CPU as the MuJoCo step itself (``bench/rollout.py``).
+    """
+
+    def __init__(self, net: GaussianActorCritic, greedy: bool, seed: int) -> None:
+        super().__init__(net, greedy, seed)
+        self._rng = np.random.default_rng(seed)
+        self._refresh()
+
+    def load(self, policy: LoadedPolicy) -> None:
+        super().load(policy)
+        self._refresh()
+
+    def _refresh(self) -> None:
+        self._numpy = NumpyActorCritic(self.net.actor_mean, self.net.critic)
+        self._log_std = self.net.actor_logstd.detach().numpy().reshape(-1).copy()
+
     def act(self, obs: npt.NDArray[np.generic]) -> Action:
-        x = torch.as_tensor(obs, dtype=torch.float32)
-        mean, log_std = self.net.mean_and_log_std(x)
-        shape = (len(x), *self.net.action_shape)
+        n = len(obs)
+        mean, values = self._numpy(np.asarray(obs, dtype=np.float32).reshape(n, -1))
+        shape = (n, *self.net.action_shape)
         if self.greedy:
-            return Action(actions=mean.reshape(shape).numpy().astype(np.float32))
-        noise = torch.randn(mean.shape, generator=self._generator)
-        sample = mean + log_std.exp() * noise
+            return Action(actions=mean.reshape(shape).copy())
+        noise = self._rng.standard_normal(mean.shape, dtype=np.float32)
+        sample = mean + np.exp(self._log_std) * noise
+        # log N(sample; mean, std): (sample - mean) / std is the noise itself
+        log_probs = (-0.5 * noise * noise - self._log_std - HALF_LOG_2PI).sum(-1)
         return Action(
-            actions=sample.reshape(shape).numpy().astype(np.float32),
-            log_probs=normal_log_prob(sample, mean, log_std).sum(-1).numpy().astype(np.float32),
-            values=self.net.get_value(x).numpy().astype(np.float32),
+            actions=sample.reshape(shape),
+            log_probs=log_probs.astype(np.float32),
+            values=values.copy(),
         )
 
 
@@ -247,7 +205,8 @@ class SACActor:
 
     Until the trainer has consumed ``uniform_steps`` env steps (the version says how
     many), it acts uniformly at random in the bounds, as SB3's and CleanRL's
-    ``learning_starts`` do, so the first replay is not one untrained policy's.
+    ``learning_starts`` do, so the first replay is not one untrained policy's. The torso
+    runs in numpy (``NumpyMLP``), the squashing as ``SquashedGaussianActor.sample`` does it.
     """
 
     def __init__(
@@ -255,24 +214,36 @@ class SACActor:
     ) -> None:
         self.net, self.greedy, self.version = net, greedy, -1
         self.uniform_steps = uniform_steps
-        self._generator = torch.Generator().manual_seed(seed)
+        self._rng = np.random.default_rng(seed)
         self._trainer_env_steps = 0
+        self._refresh()
 
     def load(self, policy: LoadedPolicy) -> None:
         _load_into(self.net, policy.state_dict, policy.version.version)
         self.version = policy.version.version
         self._trainer_env_steps = policy.version.env_steps
+        self._refresh()
 
-    @torch.no_grad()
+    def _refresh(self) -> None:
+        self._numpy = NumpyMLP(self.net.torso)
+        self._scale = self.net.action_scale.numpy().copy()
+        self._bias = self.net.action_bias.numpy().copy()
+
     def act(self, obs: npt.NDArray[np.generic]) -> Action:
-        x = torch.as_tensor(obs, dtype=torch.float32)
-        shape = (len(x), *self.net.action_shape)
-        if self.greedy:
-            actions = self.net.greedy(x)
-        elif self._trainer_env_steps < self.uniform_steps:
-            scale, bias = self.net.action_scale, self.net.action_bias
-            u = torch.rand((len(x), scale.numel()), generator=self._generator)
-            actions = (2 * u - 1) * scale + bias
-        else:
-            actions, _ = self.net.sample(x, self._generator)
-        return Action(actions=actions.reshape(shape).numpy().astype(np.float32))
+        n, dims = len(obs), self._scale.size
+        shape = (n, *self.net.action_shape)
+        if not self.greedy and self._trainer_env_steps < self.uniform_steps:
+            u = self._rng.random((n, dims), dtype=np.float32)
+            actions = (2 * u - 1) * self._scale + self._bias
+            return Action(actions=actions.reshape(shape))
+        out = self._numpy(np.asarray(obs, dtype=np.float32).reshape(n, -1))
+        pre_squash = out[:, :dims]
+        if not self.greedy:
+            squashed_log_std = np.tanh(out[:, dims:]) + 1  # the torso's, mapped into bounds
+            std = np.exp(LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * squashed_log_std).astype(
+                np.float32, copy=False
+            )
+            noise = self._rng.standard_normal(pre_squash.shape, dtype=np.float32)
+            pre_squash = pre_squash + std * noise
+        actions = np.tanh(pre_squash) * self._scale + self._bias
+        return Action(actions=actions.astype(np.float32, copy=False).reshape(shape))

@@ -153,12 +153,12 @@ class QNetwork(nn.Module):
         return q
 
 
-_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
 def normal_log_prob(x: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
     """Elementwise log N(x; mean, exp(log_std)^2) (torch.distributions, without its cost)."""
-    return -0.5 * ((x - mean) / log_std.exp()) ** 2 - log_std - _HALF_LOG_2PI
+    return -0.5 * ((x - mean) / log_std.exp()) ** 2 - log_std - HALF_LOG_2PI
 
 
 class GaussianActorCritic(nn.Module):
@@ -195,7 +195,7 @@ class GaussianActorCritic(nn.Module):
         else:
             flat = action.reshape(len(obs), -1)
         log_prob = normal_log_prob(flat, mean, log_std).sum(-1)
-        entropy = (0.5 + _HALF_LOG_2PI + log_std).sum(-1)
+        entropy = (0.5 + HALF_LOG_2PI + log_std).sum(-1)
         return flat.reshape(len(obs), *self.action_shape), log_prob, entropy, self.get_value(obs)
 
     def evaluate(
@@ -206,7 +206,7 @@ class GaussianActorCritic(nn.Module):
         return log_prob, entropy, self.get_value(obs)
 
 
-_LOG_STD_MIN, _LOG_STD_MAX = -5.0, 2.0  # CleanRL's SAC bounds on the policy's log-std
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # CleanRL's SAC bounds on the policy's log-std
 
 
 class SquashedGaussianActor(nn.Module):
@@ -233,7 +233,7 @@ class SquashedGaussianActor(nn.Module):
         """(mean, log_std) of the pre-squash Gaussian."""
         mean, log_std = self.torso(obs.flatten(1)).chunk(2, dim=-1)
         log_std = torch.tanh(log_std)
-        log_std = _LOG_STD_MIN + 0.5 * (_LOG_STD_MAX - _LOG_STD_MIN) * (log_std + 1)
+        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)
         return mean, log_std
 
     def sample(

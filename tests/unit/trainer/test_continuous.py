@@ -11,7 +11,7 @@ import torch
 from coach_stream.algorithms import builder_for, chunk_spec
 from coach_stream.codec import ChunkSpec
 from coach_stream.config import NetworkConfig, load_preset
-from coach_stream.core import ExperienceChunk
+from coach_stream.core import ExperienceChunk, LoadedPolicy, PolicyVersion
 from coach_stream.envs import env_shape, make_vector_env, probe_shape
 from coach_stream.errors import ConfigError, InvalidChunkError
 from coach_stream.policies.networks import GaussianActorCritic, SquashedGaussianActor
@@ -78,7 +78,8 @@ def test_gaussian_ppo_log_prob_matches_the_actor() -> None:
     raw = ["network.hidden_sizes=[8]", "normalize.observations=false", "normalize.rewards=false"]
     builder = builder_for(load_preset("pendulum-ppo", raw))
     actor = builder.make_actor(shape, greedy=False, seed=3)
-    actor.net.load_state_dict(net.state_dict())  # type: ignore[attr-defined]
+    info = PolicyVersion("run", 1, "mem://1", "", 0, 0, 0, 0)
+    actor.load(LoadedPolicy(info, dict(net.state_dict())))  # workers act in numpy from load
     obs = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
     action = actor.act(obs)
     assert action.actions.shape == (5, 1) and action.actions.dtype == np.float32
