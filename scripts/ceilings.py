@@ -54,6 +54,27 @@ PATHS = (
           "8 envs): an env that costs more per step", "the bare vector env, random actions",
           "the same Python per env step, now a smaller share of a Box2D step", num_envs=8,
           preset="lunarlander-ppo"),
+    Row("rollout", "worker_steps_per_cpu_s", "rollout worker, LunarLander, 32 envs",
+          "the bare vector env, random actions", "the policy's pass and the chunker, shared "
+          "by 4x the envs", num_envs=32, preset="lunarlander-ppo"),
+    Row("rollout", "worker_steps_per_cpu_s", "rollout worker, HalfCheetah (`halfcheetah-sac`, "
+          "1 env), env steps per CPU-second", "the bare vector env (MuJoCo), random actions",
+          "one env: every step pays the chunker's row writes and the act's numpy calls alone "
+          "(the act was torch until 2026-12-06: 0.41)", num_envs=1, preset="halfcheetah-sac"),
+    Row("rollout", "env_policy_steps_per_cpu_s", "env + policy only, HalfCheetah SAC",
+          "the bare vector env", "the squashed Gaussian's 256x256 numpy pass", num_envs=1,
+          preset="halfcheetah-sac"),
+    Row("rollout", "worker_steps_per_cpu_s", "rollout worker, HalfCheetah PPO "
+          "(`halfcheetah-ppo`, 1 env, normalised observations)", "the bare vector env (MuJoCo)",
+          "the act (36 us alone: two 256x256 numpy passes, the statistics' standardising, "
+          "sampling) and its own actions: MuJoCo steps the policy's narrow Gaussian (std "
+          "0.135) in 64 us against 55 for the ceiling's uniform actions (more contacts)",
+          num_envs=1, preset="halfcheetah-ppo"),
+    Row("rollout", "worker_steps_per_cpu_s", "rollout worker, Pong (`pong-ppo`, 8 envs), "
+          "env steps per CPU-second", "the bare vector env (ALE, 84x84x4 frames), random "
+          "actions", "the Nature CNN's forward pass in torch: about as many CPU-seconds as "
+          "the emulator's (env + policy alone: about 0.5); a GPU acting worker is the fix",
+          num_envs=8, preset="pong-ppo"),
     Row("sample_factory", "worker_steps_per_cpu_s", "rollout worker (8 envs) against Sample "
           "Factory 2.1.1's sampler (2 workers x 8 envs, its inference worker), CartPole",
           "Sample Factory's env steps per CPU-second of its process tree (a ratio above 1: "
@@ -70,7 +91,10 @@ PATHS = (
 def run_benches(quick: bool) -> list[dict[str, object]]:
     lines: list[dict[str, object]] = []
     for script in ("rollout.py", "rollout.py --set rollout.num_envs=32",
-                   "rollout.py --preset lunarlander-ppo", "against_sample_factory.py",
+                   "rollout.py --preset lunarlander-ppo",
+                   "rollout.py --preset lunarlander-ppo --set rollout.num_envs=32",
+                   "rollout.py --preset halfcheetah-sac", "rollout.py --preset halfcheetah-ppo",
+                   "rollout.py --preset pong-ppo", "against_sample_factory.py",
                    "replay.py"):  # fmt: skip
         args = [sys.executable, str(BENCH / script.split()[0]), *script.split()[1:]]
         args += ["--quick"] if quick else []
