@@ -138,8 +138,34 @@ def run_once(
     if done.returncode not in (0, 1):  # 1: not solved (the target is out of reach on purpose)
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
         raise SystemExit(f"launch of {row.preset} failed with exit {done.returncode}: {tail}")
-    rounds = evaluations(state / "runs" / run_id / "logs" / "evaluator.log")
-    totals = trainer_totals(state / "runs" / run_id / "logs" / "trainer.log")
+    return result(row, seed, budget, target, state / "runs" / run_id, began_wall, wall, overrides)
+
+
+def record(row: Row, seed: int, budget: int, target: float, run_dir: Path) -> dict[str, object]:
+    """The line of a run launched by hand (``coach-stream launch ... --set
+    env_step_budget=B --set target_return=1e12``), from its folder, once it has ended."""
+    info = json.loads((run_dir / "run.json").read_text())
+    if info.get("ended_at_ms") is None:
+        raise SystemExit(f"run {run_dir.name} has not ended; record it when it has")
+    began_wall = info["created_at_ms"] / 1000
+    wall = info["ended_at_ms"] / 1000 - began_wall
+    return result(row, seed, budget, target, run_dir, began_wall, wall, ["launched by hand"])
+
+
+def result(
+    row: Row,
+    seed: int,
+    budget: int,
+    target: float,
+    run_dir: Path,
+    began_wall: float,
+    wall: float,
+    overrides: list[str],
+) -> dict[str, object]:
+    """A run's figures from its evaluator's greedy rounds and its trainer's last event."""
+    run_id = run_dir.name
+    rounds = evaluations(run_dir / "logs" / "evaluator.log")
+    totals = trainer_totals(run_dir / "logs" / "trainer.log")
     reached = next((r for r in rounds if r["mean_return"] >= target), None)
     last = rounds[-1] if rounds else None
     return {
@@ -217,8 +243,22 @@ def main() -> int:
     )
     parser.add_argument("--budget", type=int, help="env steps per run instead of the row's")
     parser.add_argument("--target", type=float, help="return counted as reached (default: preset)")
+    parser.add_argument(
+        "--record", type=Path, metavar="RUN_DIR",
+        help="print the line of an ended run launched by hand (STATE_DIR/runs/RUN_ID), for the "
+        "one preset and seed given",
+    )  # fmt: skip
     args = parser.parse_args()
     known = {r.preset: r for r in ROWS}
+    if args.record is not None:
+        preset, seed = args.presets.split(","), args.seeds.split(",")
+        if len(preset) != 1 or len(seed) != 1 or preset[0] not in known:
+            parser.error("--record takes one --presets name of the table and one --seeds value")
+        row = known[preset[0]]
+        target = args.target or load_preset_target(row.preset)
+        line = record(row, int(seed[0]), args.budget or row.budget, target, args.record)
+        print(json.dumps(line), flush=True)
+        return 0
     if args.stored:
         lines = [json.loads(x) for f in args.stored for x in f.read_text().splitlines() if x]
         lines = [x for x in lines if x.get("bench") == "zoo"]
@@ -243,6 +283,12 @@ def main() -> int:
     return 0
 
 
+def load_preset_target(preset: str) -> float:
+    from coach_stream.config import load_preset
+
+    return load_preset(preset).target_return
+
+
 def run_rows(
     rows: list[Row],
     seeds: list[int],
@@ -251,12 +297,10 @@ def run_rows(
     target_override: float | None = None,
     overrides: list[str] | None = None,
 ) -> list[dict[str, object]]:
-    from coach_stream.config import load_preset
-
     lines = []
     with tempfile.TemporaryDirectory(prefix="bench-zoo-") as state:
         for row in rows:
-            target = target_override or load_preset(row.preset).target_return
+            target = target_override or load_preset_target(row.preset)
             budget = 50_000 if quick else budget_override or row.budget
             for seed in seeds:
                 line = run_once(row, seed, budget, target, Path(state), overrides or [])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -92,3 +93,31 @@ def test_the_logs_give_the_curve_and_the_stale_steps(zoo: ModuleType, tmp_path: 
     assert [(r["env_steps"], r["mean_return"]) for r in rounds] == [(512, -3.5), (1024, 12.25)]
     assert zoo.trainer_totals(trainer) == {"env_steps": 1024.0, "stale_steps": 256.0}
     assert zoo.trainer_totals(tmp_path / "missing.log") == {}
+
+
+def test_a_run_launched_by_hand_is_recorded_from_its_folder_once_it_has_ended(
+    zoo: ModuleType, tmp_path: Path
+) -> None:
+    run = tmp_path / "runs" / "hc-s1"
+    (run / "logs").mkdir(parents=True)
+    info = {"run_id": "hc-s1", "created_at_ms": 1_000_000, "ended_at_ms": None}
+    (run / "run.json").write_text(json.dumps(info))
+    row = next(r for r in zoo.ROWS if r.preset == "halfcheetah-sac")
+    with pytest.raises(SystemExit, match="has not ended"):
+        zoo.record(row, 1, 400_000, 9000.0, run)
+    (run / "run.json").write_text(json.dumps(info | {"ended_at_ms": 4_600_000}))
+    rounds = [(1_100, 100_000, 4000.0), (2_000, 300_000, 9100.0), (4_500, 400_000, 8900.0)]
+    (run / "logs" / "evaluator.log").write_text(
+        "not json\n"
+        + "".join(
+            json.dumps({"event": "evaluation", "time": t, "env_steps": s, "mean_return": r}) + "\n"
+            for t, s, r in rounds
+        )
+    )
+    progress = {"time/env_steps": 400_128, "rollout/dropped_stale_steps": 0}
+    (run / "logs" / "trainer.log").write_text(json.dumps(progress) + "\n")
+    line = zoo.record(row, 1, 400_000, 9000.0, run)
+    assert line["return_at_budget"] == 8900.0 and line["last_eval_env_steps"] == 400_000
+    assert line["env_steps_to_target"] == 300_000 and line["wall_s_to_target"] == 1000.0
+    assert line["wall_s"] == 3600.0 and line["run_id"] == "hc-s1" and line["seed"] == 1
+    assert line["published"] == 9000.0 and line["stale_steps_dropped"] == 0
