@@ -20,6 +20,8 @@ mean reward after ``n_timesteps``); its env versions are older (``-v2``/``-v3``,
 
 Usage (stack up): ``python bench/zoo.py [--presets cartpole-ppo,...] [--seeds 1,2,3]
 [--table docs/zoo-table.md]``; ``--quick``: cartpole-ppo, one seed, 50k steps (< 60 s idle).
+``--state-dir DIR`` keeps the runs' folders, so that a run that outlives the bench (a long
+one cut off with its session) can still be given to ``--record DIR/runs/RUN_ID`` once it ends.
 """
 
 from __future__ import annotations
@@ -248,6 +250,11 @@ def main() -> int:
         help="print the line of an ended run launched by hand (STATE_DIR/runs/RUN_ID), for the "
         "one preset and seed given",
     )  # fmt: skip
+    parser.add_argument(
+        "--state-dir", type=Path, metavar="DIR",
+        help="keep the runs' folders here (default: a temporary folder removed at the end), "
+        "so that a run the bench did not see end can still be given to --record",
+    )  # fmt: skip
     args = parser.parse_args()
     known = {r.preset: r for r in ROWS}
     if args.record is not None:
@@ -274,7 +281,13 @@ def main() -> int:
         if args.budget is not None and args.budget <= 0:
             parser.error("--budget takes a positive number of env steps, e.g. 400000")
         lines = run_rows(
-            [known[p] for p in wanted], seeds, args.quick, args.budget, args.target, args.overrides
+            [known[p] for p in wanted],
+            seeds,
+            args.quick,
+            args.budget,
+            args.target,
+            args.overrides,
+            args.state_dir,
         )
     text = table(lines)
     if args.table is not None:
@@ -296,9 +309,11 @@ def run_rows(
     budget_override: int | None = None,
     target_override: float | None = None,
     overrides: list[str] | None = None,
+    state_dir: Path | None = None,
 ) -> list[dict[str, object]]:
     lines = []
-    with tempfile.TemporaryDirectory(prefix="bench-zoo-") as state:
+    keep = contextlib.nullcontext(str(state_dir)) if state_dir else None
+    with keep or tempfile.TemporaryDirectory(prefix="bench-zoo-") as state:
         for row in rows:
             target = target_override or load_preset_target(row.preset)
             budget = 50_000 if quick else budget_override or row.budget

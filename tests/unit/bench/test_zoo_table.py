@@ -121,3 +121,23 @@ def test_a_run_launched_by_hand_is_recorded_from_its_folder_once_it_has_ended(
     assert line["env_steps_to_target"] == 300_000 and line["wall_s_to_target"] == 1000.0
     assert line["wall_s"] == 3600.0 and line["run_id"] == "hc-s1" and line["seed"] == 1
     assert line["published"] == 9000.0 and line["stale_steps_dropped"] == 0
+
+
+def test_the_runs_folders_stay_in_the_state_dir_given(
+    zoo: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run the bench does not see end (the machine's session ended) can still be recorded."""
+    seen: list[Path] = []
+
+    def fake_run_once(row: object, seed: int, budget: int, target: float, state: Path,
+                      overrides: list[str]) -> dict[str, object]:  # fmt: skip
+        seen.append(state)
+        return line("cartpole-ppo", seed, 500.0, 1_000)
+
+    monkeypatch.setattr(zoo, "run_once", fake_run_once)
+    monkeypatch.setattr(zoo, "load_preset_target", lambda preset: 475.0)
+    row = next(r for r in zoo.ROWS if r.preset == "cartpole-ppo")
+    zoo.run_rows([row], [1, 2], quick=False, state_dir=tmp_path / "kept")
+    assert seen == [tmp_path / "kept"] * 2
+    zoo.run_rows([row], [3], quick=False)
+    assert seen[-1] != tmp_path / "kept" and not seen[-1].exists()  # the default is removed
