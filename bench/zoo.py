@@ -170,6 +170,10 @@ def result(
     totals = trainer_totals(run_dir / "logs" / "trainer.log")
     reached = next((r for r in rounds if r["mean_return"] >= target), None)
     last = rounds[-1] if rounds else None
+    run_state = run_state_of(run_dir)
+    # A run stopped or failed short of its budget has no return *at* the budget: its last
+    # round goes in ``last_return`` and the table leaves the line out.
+    complete = run_state == "complete" or run_state is None
     return {
         "bench": "zoo",
         "preset": row.preset,
@@ -177,7 +181,10 @@ def result(
         "algorithm": row.algorithm,
         "seed": seed,
         "budget": budget,
-        "return_at_budget": None if last is None else round(last["mean_return"], 2),
+        "run_state": run_state,
+        "complete": complete,
+        "return_at_budget": None if last is None or not complete else round(last["mean_return"], 2),
+        "last_return": None if last is None else round(last["mean_return"], 2),
         "last_eval_env_steps": None if last is None else int(last["env_steps"]),
         "eval_rounds": len(rounds),
         "target": target,
@@ -193,6 +200,14 @@ def result(
         # the greedy learning curve: (env steps of the evaluated version, mean return)
         "curve": [[int(r["env_steps"]), round(r["mean_return"], 1)] for r in rounds],
     }
+
+
+def run_state_of(run_dir: Path) -> str | None:
+    """How the run ended (run.json's ``state``: complete, stopped, failed), if it says."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        state = json.loads((run_dir / "run.json").read_text()).get("state")
+        return None if state is None else str(state)
+    return None
 
 
 def ratio(ours: float, published: float | None) -> float | None:
@@ -212,6 +227,8 @@ def table(lines: list[dict[str, object]]) -> str:
     # A seed run again (after its preset changed) replaces its earlier line: the last wins.
     by_preset: dict[str, dict[object, dict[str, object]]] = {}
     for line in lines:
+        if line.get("complete") is False:  # ended short of its budget: no figure at budget
+            continue
         by_preset.setdefault(str(line["preset"]), {})[line["seed"]] = line
     for row in ROWS:
         runs = list(by_preset.get(row.preset, {}).values())

@@ -141,3 +141,24 @@ def test_the_runs_folders_stay_in_the_state_dir_given(
     assert seen == [tmp_path / "kept"] * 2
     zoo.run_rows([row], [3], quick=False)
     assert seen[-1] != tmp_path / "kept" and not seen[-1].exists()  # the default is removed
+
+
+def test_a_run_stopped_short_of_its_budget_has_no_return_at_budget(
+    zoo: ModuleType, tmp_path: Path
+) -> None:
+    """Its last round is kept as ``last_return``; the table neither counts it nor lets it
+    replace the seed's complete line."""
+    run = tmp_path / "runs" / "hc-s7"
+    (run / "logs").mkdir(parents=True)
+    info = {"run_id": "hc-s7", "state": "stopped", "created_at_ms": 0, "ended_at_ms": 60_000}
+    (run / "run.json").write_text(json.dumps(info))
+    event = {"event": "evaluation", "time": 50.0, "env_steps": 124_224, "mean_return": 6477.85}
+    (run / "logs" / "evaluator.log").write_text(json.dumps(event) + "\n")
+    row = next(r for r in zoo.ROWS if r.preset == "halfcheetah-sac")
+    stopped = zoo.record(row, 7, 400_000, 9000.0, run)
+    assert stopped["run_state"] == "stopped" and stopped["complete"] is False
+    assert stopped["return_at_budget"] is None and stopped["last_return"] == 6477.85
+    complete = line("halfcheetah-sac", 7, 8950.0, None) | {"complete": True}
+    cells = [c.strip() for c in zoo.table([complete, stopped]).splitlines()[-1].split("|")]
+    assert cells[4] == "1 (7)" and cells[5] == "8950.0"
+    assert "halfcheetah-sac" not in zoo.table([stopped])
