@@ -5,7 +5,10 @@ the local orchestrator, 2 rollout workers, the evaluator) with its seed set and 
 out of reach, so that it trains to the budget: the budget is the env steps of the
 published result it is compared with. The evaluator's greedy rounds (20 episodes each,
 separate from the training returns) give the return at the budget (the last round) and,
-when the preset's own target was reached, the env steps and wall time to it.
+when the preset's own target was reached, the env steps and wall time to it. A run that
+ended short of its budget (``coach-stream stop``, a failure) is written with ``complete``
+false, ``return_at_budget`` null and its last round as ``last_return``, and the table
+leaves it out.
 
 One JSON line per run on stdout; ``--table FILE`` writes the Markdown table (``env |
 algorithm | seeds | median greedy return at budget | published | ratio | median wall``);
