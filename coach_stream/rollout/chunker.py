@@ -9,7 +9,12 @@ monotonic, across restarts too (``start`` takes where each env left off in the l
 ``first_step`` is the step's index within its episode, so the trainer can tell contiguous
 chunks apart from gaps. Each step writes every env's row at once, through flat indices
 into the columns (``_at``: env i's next row), so the per-step cost does not grow with the
-number of envs; a plain 1-D index writes 4x faster than an (env, column) pair.
+number of envs; a plain 1-D index writes 4x faster than an (env, column) pair. A step makes
+as few numpy calls as it can (each costs ~1 us, on one env as on 32): one index for every
+column, and whether a chunk is full comes from a countdown in Python, not from comparing
+every env's fill each step: on HalfCheetah's one env a step with its share of a chunk's
+emit cost 14.2 us of CPU (11 % of the MuJoCo step), now 9.9; on 8 CartPole envs 14.6, now
+11.5.
 """
 
 from __future__ import annotations
@@ -45,29 +50,27 @@ class Chunker:
         self.run_id, self.worker_id = run_id, worker_id
         self.num_envs, self.chunk_steps, self.behaviour = num_envs, chunk_steps, behaviour
         n, t = num_envs, chunk_steps
-        self._obs = np.zeros((n, t + 1, *obs_shape), dtype=obs_dtype)
+        self._obs = np.zeros((n, t, *obs_shape), dtype=obs_dtype)  # the bootstrap row apart
         self._actions = np.zeros((n, t, *action_shape), dtype=action_dtype)
         self._rewards = np.zeros((n, t), dtype=np.float32)
         self._terminated = np.zeros((n, t), dtype=np.bool_)
         self._truncated = np.zeros((n, t), dtype=np.bool_)
         self._log_probs = np.zeros((n, t), dtype=np.float32)
         self._values = np.zeros((n, t), dtype=np.float32)
-        self._filled = np.zeros(n, dtype=np.int64)  # steps in the open chunk
         self._episode_return = np.zeros(n, dtype=np.float64)
         self._chunk_seq = np.zeros(n, dtype=np.int64)
         self._chunk_start = np.zeros(n, dtype=np.int64)  # episode step of the open chunk's first
         self._last_obs: npt.NDArray[Any] | None = None
-        # flat views of the columns, and env i's next row in them: i * T + filled[i] (the
-        # observations have T + 1 rows per env)
+        # flat views of the columns, and env i's next row in them: i * T + its steps so far
         self._flat = [
             a.reshape(n * t, *a.shape[2:])
-            for a in (self._actions, self._rewards, self._terminated, self._truncated,
-                      self._log_probs, self._values)
+            for a in (self._obs, self._actions, self._rewards, self._terminated,
+                      self._truncated, self._log_probs, self._values)
         ]  # fmt: skip
-        self._flat_obs = self._obs.reshape(n * (t + 1), *obs_shape)
         self._row0 = np.arange(n) * t
+        self._row_end = self._row0 + t
         self._at = self._row0.copy()
-        self._at_obs = np.arange(n) * (t + 1)
+        self._steps_to_full = t  # steps until the fullest open chunk holds T
         self.version = -1
         self.episodes = 0  # episodes ended so far
 
@@ -97,11 +100,10 @@ class Chunker:
                 )
             self._chunk_seq[:] = next_seqs
         self._last_obs, self.version = np.asarray(obs), version
-        self._filled[:] = 0
         self._chunk_start[:] = 0
         self._episode_return[:] = 0.0
         self._at[:] = self._row0
-        self._at_obs[:] = np.arange(self.num_envs) * (self.chunk_steps + 1)
+        self._steps_to_full = self.chunk_steps
 
     def add(
         self,
@@ -114,8 +116,8 @@ class Chunker:
     ) -> list[ExperienceChunk]:
         """Record one vector step (taken in the last observations); return finished chunks."""
         last_obs, at = self._started(), self._at
-        actions, rewards_col, terminated_col, truncated_col, log_probs, values = self._flat
-        self._flat_obs[self._at_obs] = last_obs
+        obs, actions, rewards_col, terminated_col, truncated_col, log_probs, values = self._flat
+        obs[at] = last_obs
         actions[at] = action.actions
         rewards_col[at] = rewards
         terminated_col[at] = terminated
@@ -124,34 +126,42 @@ class Chunker:
             log_probs[at] = action.log_probs
         if action.values is not None:
             values[at] = action.values
-        self._filled += 1
         at += 1
-        self._at_obs += 1
         self._episode_return += rewards
+        self._last_obs = next_obs = np.asarray(next_obs)
         done = np.logical_or(terminated, truncated)
-        ready = done | (self._filled >= self.chunk_steps)
+        self._steps_to_full -= 1
+        if self._steps_to_full > 0:
+            if not done.any():
+                return []
+            ready = done
+        else:
+            ready = done | (at >= self._row_end)
+        final_obs = _final_observations(done, infos) if done.any() else None
         chunks: list[ExperienceChunk] = []
-        if ready.any():
-            final_obs = _final_observations(done, infos) if done.any() else None
-            for i in np.flatnonzero(ready):
-                # an ended episode's bootstrap row is its final observation; next_obs[i]
-                # is already the reset observation of the next episode
-                ended = bool(done[i])
-                bootstrap = final_obs[i] if final_obs is not None and ended else next_obs[i]
-                chunks.append(self._emit(int(i), np.asarray(bootstrap), ended=ended))
-        self._last_obs = np.asarray(next_obs)
+        for i in np.flatnonzero(ready):
+            # an ended episode's bootstrap row is its final observation; next_obs[i]
+            # is already the reset observation of the next episode
+            ended = bool(done[i])
+            bootstrap = final_obs[i] if final_obs is not None and ended else next_obs[i]
+            chunks.append(self._emit(int(i), np.asarray(bootstrap), ended=ended))
+        self._steps_to_full = int((self._row_end - at).min())
         return chunks
 
     def flush(self) -> list[ExperienceChunk]:
         """Emit every open chunk (before acting with a new policy version)."""
         last_obs = self._started()
-        return [
-            self._emit(int(i), last_obs[i], ended=False) for i in np.flatnonzero(self._filled > 0)
+        chunks = [
+            self._emit(int(i), last_obs[i], ended=False)
+            for i in np.flatnonzero(self._at > self._row0)
         ]
+        self._steps_to_full = self.chunk_steps
+        return chunks
 
     def _emit(self, i: int, bootstrap: npt.NDArray[Any], ended: bool) -> ExperienceChunk:
-        n = int(self._filled[i])
-        observations = self._obs[i, : n + 1].copy()
+        n = int(self._at[i] - self._row0[i])
+        observations = np.empty((n + 1, *self._obs.shape[2:]), dtype=self._obs.dtype)
+        observations[:n] = self._obs[i, :n]
         observations[n] = bootstrap
         first_step = int(self._chunk_start[i])
         length = first_step + n  # steps of the episode up to the end of this chunk
@@ -175,9 +185,7 @@ class Chunker:
         )
         self.episodes += int(ended)
         self._chunk_seq[i] += 1
-        self._filled[i] = 0
         self._at[i] = self._row0[i]
-        self._at_obs[i] = i * (self.chunk_steps + 1)
         # the next chunk opens a new episode, or goes on with this one
         self._chunk_start[i] = 0 if ended else length
         if ended:

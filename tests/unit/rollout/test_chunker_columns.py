@@ -189,3 +189,57 @@ def test_an_ended_episode_without_its_final_observation_is_an_error(
         chunker.add(action(1), rewards(1), env0, no, obs(1), infos)
     with pytest.raises(ConfigError, match="SAME_STEP"):
         chunker.add(action(1), rewards(1), no, env0, obs(1), infos)  # truncated alike
+
+
+def reference_chunks(
+    n: int, t: int, steps: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+) -> list[tuple[int, int, int, list[float], list[int], float | None]]:
+    """What each env's chunks must be, env by env in plain Python: (env, seq, first step,
+    observations, actions, episode return) in the order the chunker emits them."""
+    open_rows: list[list[tuple[float, int]]] = [[] for _ in range(n)]
+    seq, start, ret = [0] * n, [0] * n, [0.0] * n
+    last = [0.0] * n
+    out = []
+    for step, (next_obs, acts, done, final) in enumerate(steps):
+        for i in range(n):
+            open_rows[i].append((last[i], int(acts[i])))
+            ret[i] += 1.0
+            if done[i] or len(open_rows[i]) == t:
+                bootstrap = float(final[i]) if done[i] else float(next_obs[i])
+                obs_col = [o for o, _ in open_rows[i]] + [bootstrap]
+                out.append((step, i, seq[i], start[i], obs_col, [a for _, a in open_rows[i]],
+                            ret[i] if done[i] else None))  # fmt: skip
+                seq[i] += 1
+                start[i] = 0 if done[i] else start[i] + len(open_rows[i])
+                ret[i] = 0.0 if done[i] else ret[i]
+                open_rows[i] = []
+            last[i] = float(next_obs[i])
+    out.sort(key=lambda c: (c[0], c[1]))  # by step, then env: the chunker's order
+    return [c[1:] for c in out]
+
+
+def test_chunks_match_a_plain_per_env_cut_over_random_episode_ends() -> None:
+    """Five envs, T = 4, 400 steps of episodes ending at random: the chunker's countdown
+    of the fullest chunk and its one flat index per step cut exactly as env by env would."""
+    n, t = 5, 4
+    rng = np.random.default_rng(3)
+    chunker = Chunker("run-r", 0, n, t, (), np.dtype(np.float32), behaviour=False)
+    chunker.start(np.zeros(n, np.float32), version=0)
+    steps, got = [], []
+    for k in range(1, 401):
+        next_obs = (np.arange(n) + 100.0 * k).astype(np.float32)
+        final = next_obs - 0.5  # an ended episode's last observation, before its reset
+        done = rng.random(n) < 0.15
+        acts = rng.integers(0, 9, n)
+        infos: dict[str, Any] = {"final_obs": final, "_final_obs": done} if done.any() else {}
+        steps.append((next_obs, acts, done, final))
+        got += chunker.add(
+            Action(acts), np.ones(n, np.float32), done, np.zeros(n, bool), next_obs, infos
+        )
+    expected = reference_chunks(n, t, steps)
+    assert len(got) == len(expected) > 400
+    for chunk, (env, seq, first, obs_col, acts_col, ret) in zip(got, expected, strict=True):
+        assert (chunk.env_index, chunk.chunk_seq, chunk.first_step) == (env, seq, first)
+        np.testing.assert_array_equal(chunk.observations, obs_col)
+        np.testing.assert_array_equal(chunk.actions, acts_col)
+        assert chunk.episode_return == ret
