@@ -74,12 +74,17 @@ class FixedPolicy:
 
 def bench_worker(preset: Preset, writer: Any) -> RolloutWorker:
     """Worker 0 of ``preset`` (its env, wrappers and vector width) acting an untrained
-    version 0 that never changes, writing to ``writer``; not started, no periodic log."""
+    version 0 that never changes, writing to ``writer``; not started, no periodic log.
+
+    The version says the trainer has consumed the preset's whole env-step budget, so the
+    actor acts as it does for most of a run: SAC past its uniform warm-up (``learning_starts``:
+    with 0, a SAC worker drew uniform actions and never ran its network), DQN at its final
+    epsilon. PPO and IMPALA do not read it."""
     builder = builder_for(preset)
     envs = make_vector_env(preset.env_id, preset.rollout.num_envs, preset.env_wrappers)
     shape = env_shape(envs)
     learner = builder.make_learner(shape, 1, torch.Generator().manual_seed(1))
-    version = PolicyVersion("bench", 0, "mem://0", "", 0, 0, 0, 0)
+    version = PolicyVersion("bench", 0, "mem://0", "", 0, 0, preset.env_step_budget, 0)
     policy = LoadedPolicy(version, dict(learner.policy_state_dict()))
     actor = builder.make_actor(shape, False, process_seed(preset.seed, 0, SeedRole.ROLLOUT))
     settings = replace(builder.make_worker_settings("bench", 0), log_every_s=1e9)
