@@ -39,11 +39,13 @@ class Row:
 PATHS = (
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, CartPole (`cartpole-ppo`, 8 envs), "
           "env steps per CPU-second", "the bare vector env, random actions",
-          "per env step in Python: the policy's forward pass and sampling (~70 us per act, "
-          "about 40 % of the 8 envs' step), the chunker's writes and emits, then encoding and "
-          "producing the share's chunks", num_envs=8, preset="cartpole-ppo"),
+          "per env step in Python: the policy's act (~50 us: the 64x64 numpy pass 24-27 us, "
+          "sampling ~20; about 40 % of the 8 envs' step), the chunker's writes and emits "
+          "(~11.5 us a step), then encoding and producing the share's chunks",
+          num_envs=8, preset="cartpole-ppo"),
     Row("rollout", "env_policy_steps_per_cpu_s", "env + policy only (no chunker, codec or Kafka)",
-          "the bare vector env", "the policy's forward pass", num_envs=8, preset="cartpole-ppo"),
+          "the bare vector env", "the policy's act: numpy's ~1-2 us a call, about 25 calls",
+          num_envs=8, preset="cartpole-ppo"),
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, CartPole, 32 envs "
           "(`--set rollout.num_envs=32`)", "the bare vector env, random actions",
           "the same costs, the forward pass shared by 4x the envs", num_envs=32,
@@ -59,11 +61,13 @@ PATHS = (
           "by 4x the envs", num_envs=32, preset="lunarlander-ppo"),
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, HalfCheetah (`halfcheetah-sac`, "
           "1 env), env steps per CPU-second", "the bare vector env (MuJoCo), random actions",
-          "one env: every step pays the chunker's row writes and the act's numpy calls alone "
-          "(the act was torch until 2026-12-06: 0.41)", num_envs=1, preset="halfcheetah-sac"),
+          "one env: every step pays the act (the 256x256 numpy pass and the squashed "
+          "Gaussian's sampling, 34 us warm, about twice that between MuJoCo steps) and the "
+          "chunker's row writes (~10 us) alone", num_envs=1, preset="halfcheetah-sac"),
     Row("rollout", "env_policy_steps_per_cpu_s", "env + policy only, HalfCheetah SAC",
-          "the bare vector env", "the squashed Gaussian's 256x256 numpy pass", num_envs=1,
-          preset="halfcheetah-sac"),
+          "the bare vector env", "the squashed Gaussian's 256x256 numpy pass (measured with "
+          "the network acting since 2026-12-06 evening; earlier lines drew the uniform "
+          "warm-up actions)", num_envs=1, preset="halfcheetah-sac"),
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, HalfCheetah PPO "
           "(`halfcheetah-ppo`, 1 env, normalised observations)", "the bare vector env (MuJoCo)",
           "the act (36 us alone: two 256x256 numpy passes, the statistics' standardising, "
