@@ -130,14 +130,15 @@ class Chunker:
         self._episode_return += rewards
         self._last_obs = next_obs = np.asarray(next_obs)
         done = np.logical_or(terminated, truncated)
+        any_done = bool(done.any())
         self._steps_to_full -= 1
         if self._steps_to_full > 0:
-            if not done.any():
+            if not any_done:
                 return []
             ready = done
         else:
             ready = done | (at >= self._row_end)
-        final_obs = _final_observations(done, infos) if done.any() else None
+        final_obs = _final_observations(done, infos) if any_done else None
         chunks: list[ExperienceChunk] = []
         for i in np.flatnonzero(ready):
             # an ended episode's bootstrap row is its final observation; next_obs[i]
