@@ -4,7 +4,11 @@ same run and their ratio (machines here are noisy; ratios travel, absolute times
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Callable
 from typing import Any
+
+from coach_stream.errors import CoachStreamError
 
 
 def emit(
@@ -36,3 +40,13 @@ def emit(
         ),
         flush=True,
     )
+
+
+def run(main: Callable[[], int]) -> int:
+    """``main()``, with a user's error (an unknown preset, a bad override, a broker that is
+    not there) as one line on stderr and exit status 2 instead of a traceback."""
+    try:
+        return main()
+    except CoachStreamError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2

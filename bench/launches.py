@@ -28,6 +28,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import jsonl
 from jsonl import emit
 
 from coach_stream.testing.load import busy_loops
@@ -113,4 +114,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(jsonl.run(main))

@@ -414,4 +414,4 @@ def _report(
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(jsonl.run(main))

@@ -419,4 +419,4 @@ def report(store_kind: str, model: Model, result: dict[str, Any], workers: int) 
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(jsonl.run(main))

@@ -172,4 +172,4 @@ def main() -> int:
 
 if __name__ == "__main__":
     np.seterr(all="ignore")
-    sys.exit(main())
+    sys.exit(jsonl.run(main))

@@ -360,4 +360,4 @@ def _median(runs: list[tuple[float | None, int | None]], index: int) -> float | 
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(jsonl.run(main))

@@ -285,4 +285,4 @@ def _median(values: list[float | None]) -> float | None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(jsonl.run(main))
