@@ -21,11 +21,31 @@ import pyarrow.parquet as pq
 
 from coach_stream.replay.batches import ChunkBatch, to_transitions
 
+_CONTINUOUS = frozenset({"log_prob", "value", "episode_return"})
+"""Scalar float columns whose values are nearly all distinct: no dictionary (see below)."""
+
 
 def _fixed(values: np.ndarray[Any, Any]) -> pa.FixedSizeListArray:
     flat = np.ascontiguousarray(values).reshape(len(values), -1)
     width = flat.shape[1]
     return pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), width)
+
+
+def dictionary_columns(schema: pa.Schema) -> list[str]:
+    """The columns worth a dictionary: the scalar ones with few distinct values.
+
+    Observations (and continuous actions, and log-probs and values) are nearly all distinct:
+    pyarrow fills a dictionary page with them before it falls back to plain pages, work
+    thrown away that also leaves larger pages. Writing 327,680 CartPole transitions took
+    3.1x as long and made a file 1.6x as large with a dictionary on every column
+    (``bench/replay.py``'s export, 0.96 against 3.02 M rows/s, 14.5 against 9.2 MiB);
+    uint8 frames wrote 1.4x as fast without it for 8 % more bytes.
+    """
+    return [
+        field.name
+        for field in schema
+        if field.name not in _CONTINUOUS and not pa.types.is_fixed_size_list(field.type)
+    ]
 
 
 def _nullable(values: np.ndarray[Any, Any] | None, length: int, kind: pa.DataType) -> pa.Array:
@@ -121,7 +141,10 @@ class ParquetExporter:
         if self._writer is None:
             metadata = self._schema(batch).metadata
             self._writer = pq.ParquetWriter(
-                self.path, table.schema.with_metadata(metadata), compression=self.compression
+                self.path,
+                table.schema.with_metadata(metadata),
+                compression=self.compression,
+                use_dictionary=dictionary_columns(table.schema),
             )
         self._writer.write_table(table.replace_schema_metadata(self._writer.schema.metadata))
         self.rows += n
