@@ -12,6 +12,7 @@ from __future__ import annotations
 import builtins
 from collections import Counter
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 import numpy as np
 import numpy.typing as npt
@@ -74,7 +75,7 @@ def decode_records(
         concat_columns(parts),
         np.full(n, partition, dtype=np.int32),
         np.fromiter(map(Message.offset, chosen), np.int64, n),
-        np.fromiter((t for _, t in map(Message.timestamp, chosen)), np.int64, n),
+        np.fromiter(map(itemgetter(1), map(Message.timestamp, chosen)), np.int64, n),
         fingerprints,
         kept_values,
         bad,

@@ -54,6 +54,11 @@ log = logging.getLogger(__name__)
 
 _CONSUME = 10_000  # records per consume() call: amortizes the per-call cost of librdkafka
 _CONSUME_BYTES = 32 * 1024 * 1024  # ...but not more bytes than this per call
+# ...nor more than this many batches' records. The columnar decoder's cost is mostly per
+# numpy call, so it pays to give it more records at once: topic -> batches of CartPole
+# chunks went from ~126 to ~178 MB/s with 4 batches' records per call instead of 1
+# (8,192 records against 2,049); memory stays O(batch), not O(topic).
+_BATCHES_PER_CONSUME = 4
 # librdkafka prefetches up to this much per consumer; bounded so that replaying a topic far
 # larger than RAM keeps a flat footprint (the trainer's reader allows 256 MiB).
 _PREFETCH_KB = 65_536
@@ -209,11 +214,10 @@ class ReplayReader(ClosingContext):
     def _read(self, kept: list[Message]) -> None:
         """Count ``kept`` and size the next consume() by what the records hold."""
         # about _CONSUME_BYTES per call: big records (images) come fewer at a time
-        # and about one batch's records: memory stays O(batch), not O(topic)
         size = sum(map(len, kept)) / len(kept)
         if self._steps_per_record:
-            per_batch = self.batch_transitions // self._steps_per_record
-            self._consume_count = int(min(_CONSUME, per_batch + 1, max(16, _CONSUME_BYTES // size)))
+            records = _BATCHES_PER_CONSUME * self.batch_transitions // self._steps_per_record
+            self._consume_count = int(min(_CONSUME, records + 1, max(16, _CONSUME_BYTES // size)))
         self.stats.records += len(kept)
         if self.on_records is not None:
             self.on_records(len(kept))

@@ -28,7 +28,7 @@ from coach_stream.replay.offline import OfflineConfig
 from coach_stream.replay.offline.session import run_offline
 from coach_stream.replay.offline.train import load_dataset, train_offline
 from coach_stream.replay.range import parse_bound
-from coach_stream.replay.reader import ReplayReader, to_transitions
+from coach_stream.replay.reader import _BATCHES_PER_CONSUME, ReplayReader, to_transitions
 from coach_stream.replay.record import Recorded, cartpole_controller, record
 from coach_stream.testing.chunks import make_chunk
 from coach_stream.transport.admin import delete_run_topics, ensure_run_topics
@@ -369,7 +369,11 @@ def test_export_to_gcs_archive(
 
 
 def test_export_memory_is_bounded_by_the_batch(settings: KafkaSettings, tmp_path: Path) -> None:
-    """Peak traced memory exporting a topic of 48 batches equals that of a quarter of it."""
+    """Peak traced memory exporting a topic of 48 reads equals that of a quarter of it.
+
+    A read (one consume) holds ``_BATCHES_PER_CONSUME`` batches' records: the batches are
+    made that much smaller so that a read stays 4,000 transitions, a small part of the topic.
+    """
     import tracemalloc
 
     topics = _new_run(settings, partitions=1)
@@ -387,18 +391,19 @@ def test_export_memory_is_bounded_by_the_batch(settings: KafkaSettings, tmp_path
         topic_bytes = sum(map(len, values))
         _produce_at(settings, topics.experience, values, _PAST_MS)
         peaks = []
-        for end in (1500, 6000):  # a quarter, then all of it: 12 and 48 batches
+        batch = 4_000 // _BATCHES_PER_CONSUME
+        for end in (1500, 6000):  # a quarter, then all of it: 12 and 48 reads
             tracemalloc.start()
             with ReplayReader(
                 settings,
                 topics.experience,
                 end=parse_bound(str(end), "--to"),
-                batch_transitions=4_000,
+                batch_transitions=batch,
             ) as reader:
                 run_export(reader, "parquet", str(tmp_path / f"{end}.parquet"))
             peaks.append(tracemalloc.get_traced_memory()[1])
             tracemalloc.stop()
-            assert reader.stats.max_held_records <= 4_000 // 32 + 1
+            assert reader.stats.max_held_records <= batch // 32 + 1
         assert peaks[1] < peaks[0] * 1.25 + 256 * 1024
         assert peaks[1] < topic_bytes / 3
     finally:
