@@ -167,14 +167,11 @@ class _Parser:
         ndim, dims = self.shape(active)
         nbytes = self.long(active)
         active &= self.ok
-        # the products over the dimensions some record declares, not all MAX_NDIM columns
-        widest = int(ndim[active].max(initial=0))
-        used = dims[:, :widest]
-        declared = np.arange(widest) < ndim[:, None]
-        elements = np.where(declared, used, 1).prod(axis=1)
+        declared = np.arange(MAX_NDIM) < ndim[:, None]
+        elements = np.where(declared, dims, 1).prod(axis=1)
         # int64 products wrap: (3, 2**32, 2**32) has "0" elements and would match 0 bytes,
         # and numpy refuses shapes like (2**40, 2**40, 0); the codec rejects those itself
-        nonzero = np.where(declared & (used > 0), used, 1).astype(np.float64).prod(axis=1)
+        nonzero = np.where(declared & (dims > 0), dims, 1).astype(np.float64).prod(axis=1)
         self.ok &= ~active | (nonzero < 2.0**53)
         itemsize = _ITEMSIZE[np.maximum(code, 0)]
         self.ok &= ~active | ((nbytes == elements * itemsize) & (self.pos + nbytes <= self.ends))
