@@ -36,10 +36,10 @@ def dictionary_columns(schema: pa.Schema) -> list[str]:
 
     Observations (and continuous actions, and log-probs and values) are nearly all distinct:
     pyarrow fills a dictionary page with them before it falls back to plain pages, work
-    thrown away that also leaves larger pages. Writing 327,680 CartPole transitions took
-    3.1x as long and made a file 1.6x as large with a dictionary on every column
-    (``bench/replay.py``'s export, 0.96 against 3.02 M rows/s, 14.5 against 9.2 MiB);
-    uint8 frames wrote 1.4x as fast without it for 8 % more bytes.
+    thrown away that also leaves larger pages. Writing the 327,680 CartPole transitions of
+    ``bench/replay.py --quick``'s topic took 3.1x as long and made a file 1.6x as large with
+    a dictionary on every column (0.96 against 3.02 M rows/s, 14.5 against 9.2 MiB); uint8
+    frames wrote 1.4x as fast without it, for 8 % more bytes.
     """
     return [
         field.name
