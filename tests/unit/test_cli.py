@@ -1,9 +1,17 @@
 from __future__ import annotations
 
+import io
+import subprocess
+import sys
+from contextlib import redirect_stdout
+
 import pytest
+import typer
+import typer.main
 
 from coach_stream import __version__
-from coach_stream.cli.main import main
+from coach_stream.cli.help_text import show_as_written
+from coach_stream.cli.main import build_app, build_listing, main
 from coach_stream.cli.options import checkpoint_url
 from coach_stream.errors import ConfigError
 
@@ -16,6 +24,31 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 def test_help_lists_the_stack(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--help"]) == 0
     assert "stack" in capsys.readouterr().out
+
+
+def _rendered_help(app: typer.Typer) -> str:
+    cli = show_as_written(typer.main.get_command(app))
+    with pytest.MonkeyPatch.context() as env, redirect_stdout(io.StringIO()) as out:
+        env.setenv("COLUMNS", "100")
+        cli(args=["--help"], standalone_mode=False)
+    return out.getvalue()
+
+
+def test_the_listing_says_what_every_command_group_says_of_itself() -> None:
+    """``coach-stream --help`` is built from COMMAND_SUMMARIES, not from the groups: the
+    same text, in the same order, as the CLI with every group imported."""
+    listing = _rendered_help(build_listing())
+    assert "replay" in listing and "export-policy" in listing
+    assert listing == _rendered_help(build_app())
+
+
+def test_the_listing_imports_no_command_group() -> None:
+    code = (
+        "import sys; from coach_stream.cli.main import main; main(['--help']); "
+        "print('torch' in sys.modules, 'coach_stream.cli.launch' in sys.modules, file=sys.stderr)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stderr.split() == ["False", "False"]
 
 
 def test_env_before_any_up_is_one_clear_error(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
