@@ -64,7 +64,7 @@ COMMAND_SUMMARIES: dict[str, str] = {
     "replay": "Inspect, export and train offline from a run's stored experience topic.",
 }
 """What ``coach-stream --help`` lists, in its order: the listing is built from these instead
-of importing every command group (3.4 s, torch & co., against 0.5). A unit test checks them
+of importing every command group (3.4 s, torch & co., against 0.3-0.5). A unit test checks them
 against the groups' own help (tests/unit/test_cli.py)."""
 
 TASK_COMMANDS = frozenset({"train", "rollout"})
