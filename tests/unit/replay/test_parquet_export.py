@@ -45,10 +45,10 @@ def test_observations_and_behaviour_columns_get_no_dictionary(tmp_path: Path) ->
     table = pq.read_table(tmp_path / "t.parquet")
     observations = np.stack(table.column("observation").to_numpy(zero_copy_only=False))
     c = batch.columns
-    first = np.concatenate(
+    acted_in = np.concatenate(  # each chunk's rows but its last (the next observation)
         [c.observations[s : s + t] for s, t in zip(_obs_starts(c.steps), c.steps, strict=True)]
     )
-    assert np.array_equal(observations, first.reshape(len(first), -1))
+    assert np.array_equal(observations, acted_in.reshape(len(acted_in), -1))
     assert np.array_equal(table.column("reward").to_numpy(), c.rewards)
 
 
