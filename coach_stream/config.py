@@ -194,7 +194,8 @@ class Preset(_Frozen):
     """Gymnasium wrappers around every env, in order (``coach_stream.envs.wrappers``):
     ``atari`` (AtariPreprocessing, 84x84 grey, frame skip 4, 4 frames stacked),
     ``image`` (MiniGrid's ImgObsWrapper: the uint8 agent view alone), ``delay:<d>``
-    (``delay:2ms``: every step sleeps that long first, a latency-bound env)."""
+    (``delay:2ms``: every step sleeps that long first, a latency-bound env), ``limit:<n>``
+    (``limit:200``: gymnasium's TimeLimit, episodes truncated after n steps)."""
     env_step_budget: int = Field(ge=1)
     """The run ends (unsolved) after the trainer has consumed this many env steps."""
     seed: int = Field(default=1, ge=0)

@@ -12,6 +12,10 @@
   ``d`` first, as a remote simulator or a physics engine would take: a latency-bound env
   whose throughput grows with the processes stepping it, not with the cores
   (``bench/scale.py``). Sleeping, not spinning, so it costs no CPU.
+- ``limit:<n>`` (``limit:200``): gymnasium's ``TimeLimit``: an episode is truncated after
+  ``n`` steps, if it has not ended sooner (at most the env's own limit counts, whichever
+  comes first). For short smoke runs and evaluations of envs whose episodes are long
+  (Pong's games, HalfCheetah's 1,000 steps).
 
 Environment packages that register their ids on import (ale-py, minigrid) are imported
 here, by id prefix, so a preset needs only the id.
@@ -117,18 +121,47 @@ def parse_delay(name: str) -> float | None:
     return seconds
 
 
+_LIMIT = re.compile(r"limit:(?P<steps>\d+)")
+
+
+def parse_limit(name: str) -> int | None:
+    """Steps of a ``limit:<n>`` entry (``limit:200`` -> 200); None for any other name.
+
+    A malformed limit, or one under 1 step, is a ConfigError naming the accepted form.
+    """
+    if not name.startswith("limit:"):
+        return None
+    match = _LIMIT.fullmatch(name)
+    steps = int(match["steps"]) if match else 0
+    if steps < 1:
+        raise ConfigError(
+            f"Env wrapper {name!r} is not a step limit of at least 1; write it as "
+            "limit:<steps>, e.g. limit:200."
+        )
+    return steps
+
+
 def check_wrappers(wrappers: Sequence[str]) -> None:
     """Raise a ConfigError for any entry that names no wrapper (the preset's door)."""
-    unknown = [name for name in wrappers if name not in WRAPPERS and parse_delay(name) is None]
+    unknown = [
+        name
+        for name in wrappers
+        if name not in WRAPPERS and parse_delay(name) is None and parse_limit(name) is None
+    ]
     if unknown:
         raise ConfigError(
             f"Unknown env wrapper(s) {', '.join(unknown)}; use "
-            f"{', '.join(sorted(WRAPPERS))} or delay:<d> (e.g. delay:2ms)."
+            f"{', '.join(sorted(WRAPPERS))}, delay:<d> (e.g. delay:2ms) or limit:<steps> "
+            "(e.g. limit:200)."
         )
 
 
 def _delay(seconds: float) -> Wrap:
     return lambda env: StepDelay(env, seconds)
+
+
+def _limit(steps: int) -> Wrap:
+    return lambda env: gym.wrappers.TimeLimit(env, steps)
 
 
 def make_kwargs(wrappers: Sequence[str]) -> dict[str, Any]:
@@ -147,6 +180,10 @@ def wrapper_fns(wrappers: Sequence[str]) -> list[Wrap]:
     check_wrappers(wrappers)
     fns: list[Wrap] = []
     for name in wrappers:
-        seconds = parse_delay(name)
-        fns.append(WRAPPERS[name] if seconds is None else _delay(seconds))
+        if (seconds := parse_delay(name)) is not None:
+            fns.append(_delay(seconds))
+        elif (steps := parse_limit(name)) is not None:
+            fns.append(_limit(steps))
+        else:
+            fns.append(WRAPPERS[name])
     return fns
