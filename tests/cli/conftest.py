@@ -19,18 +19,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from cli_helpers import CLI, Services, Workspace
+from cli_helpers import Services, Workspace, workspace
 
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Workspace:
-    assert CLI.is_file(), f"{CLI} is not installed; run `make setup`"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COACH_STREAM_STATE")}
-    # A private stack cache: an unset --kafka never falls back to a shared stack by accident.
-    env["COACH_STREAM_CACHE"] = str(tmp_path / "no-stack-cache")
-    env.pop("KAFKA_BOOTSTRAP_SERVERS", None)
-    env.pop("STORAGE_EMULATOR_HOST", None)
-    return Workspace(tmp_path, tmp_path / "state", env)
+    return workspace(tmp_path)
 
 
 @pytest.fixture

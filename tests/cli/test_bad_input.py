@@ -1,17 +1,32 @@
 """Bad input that needs no service: each ends in exit 2, one line, no traceback, < 30 s,
-and nothing created (no run directory, no checkpoint directory, no process)."""
+and nothing created (no run directory, no checkpoint directory, no process).
+
+Most cases call the console script's ``main`` in this process (``ws``), as a new interpreter
+would but without importing torch again for each; the ``console`` cases run the installed
+script itself, to show that it answers as ``main`` does.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from cli_helpers import Workspace, processes_mentioning, refused
+from cli_helpers import Workspace, processes_mentioning, refused, workspace
 
 from coach_stream import __version__
 
 # No broker listens on port 1: a check that reached Kafka would fail differently (and later).
 NO_KAFKA = ("--kafka", "127.0.0.1:1")
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Workspace:
+    return workspace(tmp_path, in_process=True)
+
+
+@pytest.fixture
+def console(tmp_path: Path) -> Workspace:
+    return workspace(tmp_path)
 
 
 def assert_nothing_created(ws: Workspace, run_id: str) -> None:
@@ -21,13 +36,13 @@ def assert_nothing_created(ws: Workspace, run_id: str) -> None:
     assert processes_mentioning(run_id) == []
 
 
-def test_version_exits_0(ws: Workspace) -> None:
-    result = ws.run("--version")
+def test_version_exits_0(console: Workspace) -> None:
+    result = console.run("--version")
     assert (result.code, result.stdout.strip()) == (0, f"coach-stream {__version__}")
 
 
-def test_bare_command_prints_the_help_and_exits_2(ws: Workspace) -> None:
-    result = ws.run()
+def test_bare_command_prints_the_help_and_exits_2(console: Workspace) -> None:
+    result = console.run()
     assert result.code == 2
     assert "Usage" in result.stdout and "launch" in result.stdout
     assert "Traceback" not in result.stderr + result.stdout
@@ -160,11 +175,12 @@ def test_stack_env_before_up_is_one_line(ws: Workspace) -> None:
     ],
 )
 def test_an_unreachable_broker_is_one_line_without_librdkafkas_own(
-    ws: Workspace, args: list[str]
+    console: Workspace, args: list[str]
 ) -> None:
-    # exit 3: a service that did not answer (a script may retry), not bad input
-    refused(ws.run(*args), says="Kafka at 127.0.0.1:1 did not answer", code=3)
-    assert not (ws.cwd / "x.avro").exists()
+    # exit 3: a service that did not answer (a script may retry), not bad input; librdkafka
+    # logs from its own threads, so only a process of its own shows none of its lines leak
+    refused(console.run(*args), says="Kafka at 127.0.0.1:1 did not answer", code=3)
+    assert not (console.cwd / "x.avro").exists()
 
 
 @pytest.mark.parametrize(
@@ -187,3 +203,21 @@ def test_bad_attach_input_is_refused_before_anything_starts(
 def test_an_invalid_source_run_id_is_refused(ws: Workspace) -> None:
     refused(ws.run("attach", "bad id!", "--preset", "cartpole-dqn", *NO_KAFKA), says="not valid")
     assert ws.run_dirs() == []
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["lunch", "cartpole-ppo"], "did you mean 'launch'?"),
+        (["launch", "cartpole-ppo", "--workers", "abc"], "'--workers'"),
+        (["launch", "cartpole-ppo", "--set", "ppo.no_such_key=1"], "Unknown key 'ppo.no_such_key'"),
+    ],
+)
+def test_the_console_script_refuses_as_main_does(
+    console: Workspace, ws: Workspace, args: list[str], says: str
+) -> None:
+    by_script = console.run(*args, *NO_KAFKA)
+    refused(by_script, says=says)
+    in_process = ws.run(*args, *NO_KAFKA)
+    assert (in_process.code, in_process.stderr) == (by_script.code, by_script.stderr)
+    assert console.run_dirs() == []
