@@ -108,14 +108,18 @@ def test_each_partition_belongs_to_exactly_one_rank() -> None:
 
 
 def dqn(collective: Collective) -> Learner:
-    preset = load_preset("cartpole-dqn", ["dqn.learning_starts=16", "dqn.batch_size=8"])
+    preset = load_preset(
+        "cartpole-dqn", ["dqn.learning_starts=16", "dqn.batch_size=8", "dqn.samples_per_insert=8"]
+    )
     return builder_for(preset).make_learner(
         probe_shape("CartPole-v1"), 2, torch.Generator().manual_seed(0), collective
     )
 
 
 def sac(collective: Collective) -> Learner:
-    preset = load_preset("pendulum-sac", ["sac.learning_starts=16", "sac.batch_size=8"])
+    preset = load_preset(
+        "pendulum-sac", ["sac.learning_starts=16", "sac.batch_size=8", "sac.samples_per_insert=8"]
+    )
     return builder_for(preset).make_learner(
         probe_shape("Pendulum-v1"), 2, torch.Generator().manual_seed(0), collective
     )

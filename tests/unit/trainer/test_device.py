@@ -53,7 +53,16 @@ def _learn_once(preset_name: str, overrides: list[str], in_process_run: Any) -> 
     [
         ("cartpole-ppo", ["ppo.num_steps=16"]),
         ("cartpole-dqn", ["dqn.learning_starts=64", "dqn.publish_every=4"]),
-        ("pendulum-sac", ["sac.learning_starts=64", "sac.publish_every=4", "sac.batch_size=16"]),
+        # one sample per insert: the preset's 256 is 16 gradient steps per transition here
+        (
+            "pendulum-sac",
+            [
+                "sac.learning_starts=64",
+                "sac.publish_every=4",
+                "sac.batch_size=16",
+                "sac.samples_per_insert=16",
+            ],
+        ),
         ("cartpole-impala", ["impala.batch_steps=32"]),
     ],
 )
