@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The suite in three lanes. Every test runs in exactly one.
-# - fast: unit, fuzz, the Nomad double's own tests, the CLI's bad-input cases (about 800
+# - fast: unit, fuzz, the Nomad double's own tests, the CLI's bad-input cases (about 900
 #   tests that start no service of their own and share no state), on both cores with
-#   pytest-xdist: about 115 s instead of 315 s one at a time.
+#   pytest-xdist (`--dist loadgroup`: a module marked `xdist_group` stays on one worker, so
+#   its module-scoped fixture runs once).
 # - solo: the tests that watch every process come and go or restart the shared broker,
 #   one at a time.
 # - paired: the rest (integration, CLI and fault suites, which share the stack's broker under
@@ -19,6 +20,10 @@
 #                                                   testcontainers Kafka right after, so once
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# The lanes start hundreds of Python processes (xdist workers, CLI runs, tasks, ranks), each
+# of which would compile the package and pytest rewrite the tests again where bytecode is
+# not written (some sandboxes set this): 13.5 s of collection per worker instead of 8.
+unset PYTHONDONTWRITEBYTECODE
 pytest=.venv/bin/pytest
 fast=(tests/unit tests/fuzz tests/nomad_double tests/cli/test_bad_input.py)
 # One at a time, with nothing beside them: the zygote server's tests watch processes come
@@ -36,7 +41,7 @@ if [ "${COACH_STREAM_PAIRED:-0}" = 1 ]; then paired="-n 2 --dist loadfile"; fi
 case "${1:-}" in
   fast)
     shift
-    exec "$pytest" -n 2 -q -p no:cacheprovider "${fast[@]}" "$@"
+    exec "$pytest" -n 2 --dist loadgroup -q -p no:cacheprovider "${fast[@]}" "$@"
     ;;
   all)
     shift
@@ -46,7 +51,7 @@ case "${1:-}" in
       mapfile -t elsewhere < <(grep -v -e '^#' -e '^$' scripts/kafka-suites.txt)
     fi
     status=0
-    "$pytest" -n 2 -q -p no:cacheprovider "${fast[@]}" --ignore="${solo[0]}" || status=$?
+    "$pytest" -n 2 --dist loadgroup -q -p no:cacheprovider "${fast[@]}" --ignore="${solo[0]}" || status=$?
     # A solo test that `elsewhere` also names runs there; pytest exits 5 when it selected none.
     "$pytest" -q -p no:cacheprovider "${solo[@]}" "${elsewhere[@]/#/--deselect=}" "$@"
     code=$?

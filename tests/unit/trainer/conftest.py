@@ -47,6 +47,9 @@ class InProcessRun:
     run_id: str = "unit-run"
     workers: int = 2
     evaluator: bool = True
+    eval_every: int = 1
+    """The evaluator plays a round on every ``eval_every``-th step only, as a real one, busy
+    with a round, skips the versions announced meanwhile."""
     log: MemoryLog = field(default_factory=MemoryLog)
     control: MemoryControlLog = field(default_factory=MemoryControlLog)
     store: MemoryCheckpointStore = field(default_factory=MemoryCheckpointStore)
@@ -59,6 +62,7 @@ class InProcessRun:
         self.trainer = self.new_trainer()
         self.rollouts = [self._worker(i) for i in range(self.workers)]
         self.eval: Evaluator | None = None
+        self.steps = 0
         if self.evaluator:
             envs = make_vector_env(
                 self.preset.env_id, self.preset.eval_episodes, self.preset.env_wrappers
@@ -130,6 +134,7 @@ class InProcessRun:
             self.eval.evaluate()
 
     def step(self, workers: list[RolloutWorker] | None = None) -> RunFinished | None:
+        self.steps += 1
         for worker in self.rollouts if workers is None else workers:
             worker.act_share()
         reader = self.trainer.reader
@@ -142,7 +147,8 @@ class InProcessRun:
                 break
         for worker in self.rollouts if workers is None else workers:
             worker.sync(0.01)
-        if self.eval is not None and self.eval.next_version(0.01):
+        due = self.steps % self.eval_every == 0
+        if self.eval is not None and due and self.eval.next_version(0.01):
             self.eval.evaluate()
         return None
 

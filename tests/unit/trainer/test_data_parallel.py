@@ -1,8 +1,10 @@
 """Data-parallel trainer ranks (``launch --trainers K``): K ranks given some chunks take the
 step one learner given all of them takes, and the ranks end with identical weights.
 
-Each case spawns real ranks that all-reduce over gloo on 127.0.0.1 (no sleeps: the ranks
-meet in ``init_process_group`` and every collective is a barrier).
+The cases run in real ranks that all-reduce over gloo on 127.0.0.1 (no sleeps: the ranks
+meet in ``init_process_group`` and every collective is a barrier), all in one group of
+spawned ranks per test process (``in_ranks``); the module is one xdist group, so that group
+is spawned once.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pytest
 import torch
 
 from coach_stream.algorithms import builder_for
@@ -23,6 +26,8 @@ from coach_stream.trainer.impala import IMPALA, IMPALAConfig
 from coach_stream.trainer.normalize import NormalizingLearner
 from coach_stream.trainer.ppo import PPO, PPOConfig
 from coach_stream.transport.reader import own_partitions
+
+pytestmark = pytest.mark.xdist_group("data-parallel-ranks")
 
 VERSION = 11  # make_chunk's policy_version
 CHUNKS, STEPS = 6, 8
@@ -83,11 +88,14 @@ def _job(factory: LearnerFactory, split: int) -> tuple[Job, list[ExperienceChunk
 CASES = [(ppo, 3), (ppo, 1), (impala, 3), (impala, 1), (ppo_normalized, 1)]  # uneven: split 1
 
 
-def test_two_ranks_learn_what_one_learner_learns_from_their_union() -> None:
+def test_two_ranks_learn_what_one_learner_learns_from_their_union(
+    in_ranks: list[list[dict[str, torch.Tensor]]],
+) -> None:
     jobs = [_job(factory, split) for factory, split in CASES]
-    in_ranks = learn_in_ranks([job for job, _ in jobs])  # one group of 2 ranks for all cases
     initial = _net().state_dict()
-    for (job, union_chunks), ranks, (factory, split) in zip(jobs, in_ranks, CASES, strict=True):
+    for (job, union_chunks), ranks, (factory, split) in zip(
+        jobs, in_ranks[: len(CASES)], CASES, strict=True
+    ):
         case = f"{factory.__name__} split {split}"
         union = learn(factory, union_chunks, VERSION, job.rounds)
         assert union.keys() == ranks[0].keys() == ranks[1].keys()
@@ -138,15 +146,30 @@ def _replay_chunks(obs: int, continuous: bool) -> list[ExperienceChunk]:
     return chunks
 
 
-def test_replay_learner_ranks_sample_their_own_buffers_and_keep_identical_weights() -> None:
+def _replay_jobs() -> list[Job]:
+    discrete, continuous = _replay_chunks(4, continuous=False), _replay_chunks(3, continuous=True)
+    return [
+        Job(dqn, [discrete[:3], discrete[3:]], 0, 1),
+        Job(sac, [continuous[:3], continuous[3:]], 0, 1),
+    ]
+
+
+@pytest.fixture(scope="module")
+def in_ranks() -> list[list[dict[str, torch.Tensor]]]:
+    """Every case of this module learned in one group of two spawned ranks: each rank
+    process imports torch and the learners once (about 4 s), not once per test."""
+    return learn_in_ranks(
+        [*(job for job, _ in (_job(f, split) for f, split in CASES)), *_replay_jobs()]
+    )
+
+
+def test_replay_learner_ranks_sample_their_own_buffers_and_keep_identical_weights(
+    in_ranks: list[list[dict[str, torch.Tensor]]],
+) -> None:
     """DQN and SAC ranks (each buffer its partitions' share) take the same number of
     gradient steps on averaged gradients, so they hold the same weights afterwards."""
-    jobs = [
-        Job(dqn, [chunks[:3], chunks[3:]], 0, 1) for chunks in [_replay_chunks(4, continuous=False)]
-    ] + [
-        Job(sac, [chunks[:3], chunks[3:]], 0, 1) for chunks in [_replay_chunks(3, continuous=True)]
-    ]
-    for job, ranks in zip(jobs, learn_in_ranks(jobs), strict=True):
+    jobs = _replay_jobs()
+    for job, ranks in zip(jobs, in_ranks[len(CASES) :], strict=True):
         alone = learn(job.factory, job.shares[0], 0, 1)
         for name, weights in ranks[0].items():
             assert torch.equal(weights, ranks[1][name]), f"{job.factory.__name__} {name}"

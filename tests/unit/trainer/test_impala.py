@@ -200,7 +200,7 @@ def test_impala_drops_chunks_beyond_max_lag(in_process_run: Any) -> None:
 @pytest.mark.slow
 def test_impala_async_solves_cartpole(in_process_run: Any) -> None:
     """cartpole-impala reaches 475 in process (its lr, batch and publish cadence as shipped)."""
-    run = in_process_run(load_preset("cartpole-impala"), workers=2)
+    run = in_process_run(load_preset("cartpole-impala"), workers=2, eval_every=2)
     run.start()
     finished = run.run(max_steps=400)
     assert finished is not None and finished.reason == "target_reached"

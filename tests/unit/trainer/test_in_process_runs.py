@@ -13,7 +13,7 @@ from coach_stream.trainer.dqn import DQN
 
 @pytest.mark.slow
 def test_ppo_sync_solves_cartpole(in_process_run: Any) -> None:
-    run = in_process_run(load_preset("cartpole-ppo"), workers=2)
+    run = in_process_run(load_preset("cartpole-ppo"), workers=2, eval_every=2)
     run.start()
     finished = run.run(max_steps=120)
     assert finished is not None and finished.reason == "target_reached"
