@@ -183,7 +183,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # In non-standalone mode click hands back the code of a `typer.Exit(n)` (and 130
         # for Ctrl-C) as the return value instead of raising it, so the value must be used.
-        result = build_cli(command)(args=args, standalone_mode=False)
+        # The program's name is the installed command's, however Python was started: click
+        # would otherwise name it after `python -m ...` in the help hints.
+        result = build_cli(command)(args=args, prog_name="coach-stream", standalone_mode=False)
     except CoachStreamError as error:
         # One line, always: a message that quotes a YAML error or a broker's answer may span
         # several, and scripts (and the supervisor) read the last line as the cause.
