@@ -13,7 +13,7 @@
   whose throughput grows with the processes stepping it, not with the cores
   (``bench/scale.py``). Sleeping, not spinning, so it costs no CPU.
 - ``limit:<n>`` (``limit:200``): gymnasium's ``TimeLimit``: an episode is truncated after
-  ``n`` steps, if it has not ended sooner (at most the env's own limit counts, whichever
+  ``n`` steps, if it has not ended sooner (the env's own limit still applies: whichever
   comes first). For short smoke runs and evaluations of envs whose episodes are long
   (Pong's games, HalfCheetah's 1,000 steps).
 
