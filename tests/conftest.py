@@ -37,6 +37,27 @@ def pytest_configure(config: pytest.Config) -> None:
     # (what `coach-stream play --video` sets for itself). Set before any test imports it.
     if not os.environ.get("DISPLAY"):
         os.environ.setdefault("MUJOCO_GL", "egl")
+    _refuse_a_loadgroup_that_would_not_group(config)
+
+
+def _refuse_a_loadgroup_that_would_not_group(config: pytest.Config) -> None:
+    """`--dist loadgroup` keeps an xdist_group's tests on one worker only through the "@group"
+    suffix xdist 3.8 writes into their node ids; pytest 9.2 keeps node ids elsewhere, so the
+    group is silently spread (pytest-xdist#1386) and a module fixture's spawned processes run
+    once per worker (the fast lane's data-parallel ranks: 2 x 13-18 s)."""
+    if config.getoption("dist", default="no") != "loadgroup":
+        return
+    from importlib.metadata import version
+
+    from packaging.version import Version
+
+    pytest_version, xdist_version = Version(version("pytest")), Version(version("pytest-xdist"))
+    if pytest_version >= Version("9.2") and xdist_version <= Version("3.8.0"):
+        raise pytest.UsageError(
+            f"pytest {pytest_version} with pytest-xdist {xdist_version} ignores "
+            "xdist_group under --dist loadgroup; install the versions pyproject.toml pins "
+            "(make setup)."
+        )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

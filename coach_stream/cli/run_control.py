@@ -159,13 +159,15 @@ def _local_progress(
     orchestrator: LocalOrchestrator, run_id: str, kafka: str | None
 ) -> RunTelemetry:
     """A local run's events from its telemetry topic; from its log files when the broker
-    cannot be read (a stopped stack: the files are still here)."""
-    from coach_stream.cli.status import fold_run_topic
+    cannot be read (a stopped stack: the files are still here) or lacks the topic."""
+    from coach_stream.cli.status import fold_run_topic, telemetry_exists
 
     kafka = kafka or LocalStack(default_cache_dir()).kafka_bootstrap()
-    if kafka:
+    # Asking first answers in milliseconds where reading a stopped broker's topic waits out
+    # the reader's 5 s timeout.
+    if kafka and telemetry_exists(settings := kafka_settings(kafka), run_id):
         try:
-            return fold_run_topic(kafka_settings(kafka), run_id)
+            return fold_run_topic(settings, run_id)
         except CoachStreamError:
             pass
     return fold_run_logs(orchestrator.run_dir(run_id).logs_dir, run_id)

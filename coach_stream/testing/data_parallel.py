@@ -2,8 +2,9 @@
 
 ``learn_in_ranks`` gives each rank its own chunks, lets every rank's learner update on them
 and returns each rank's weights afterwards, so a test can compare K ranks with one learner
-given the union. The ranks are spawned (not forked): torch's threads and the parent's
-sockets stay out of them.
+given the union. The ranks are forked from a fresh forkserver, not from the caller: torch's
+threads and the caller's sockets stay out of them, and the server imports torch once for all
+ranks instead of once per spawned rank.
 """
 
 from __future__ import annotations
@@ -71,12 +72,15 @@ def _rank_main(rank: int, world: int, port: int, jobs: Sequence[Job], results: A
 def learn_in_ranks(
     jobs: Sequence[Job], timeout_s: float = 120.0
 ) -> list[list[dict[str, torch.Tensor]]]:
-    """Every job in one group of ranks (one process per rank, spawned once for all jobs,
+    """Every job in one group of ranks (one process per rank, started once for all jobs,
     all-reducing as trainer ranks do): per job, each rank's weights after it."""
     world = len(jobs[0].shares)
     if any(len(job.shares) != world for job in jobs):
         raise ValueError("every job needs one share per rank")
-    context = multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    # torch's optimizers import torch._dynamo on first use (about 3 s of a core): once in the
+    # server, not once per rank. Ignored when this process already started its server.
+    context.set_forkserver_preload([__name__, "torch._dynamo"])
     results = context.Queue()
     port = free_port("127.0.0.1")
     ranks = [

@@ -16,6 +16,10 @@ from coach_stream.core import EvaluationReport, PolicyVersion, RunFinished
 from coach_stream.observability.report import RunReport, Sample, series
 from coach_stream.observability.report_figure import DPI, PANELS, SIZE_IN, draw_report, save_report
 
+# One worker draws both figures: matplotlib's first figure in a process (fonts, backends)
+# costs 2-3 s of a core, which `make unit` would otherwise pay on both workers.
+pytestmark = pytest.mark.xdist_group("report-drawing")
+
 T0 = 1_800_000_000.0
 RUN = "r1"
 

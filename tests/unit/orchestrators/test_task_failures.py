@@ -103,6 +103,28 @@ def test_status_shows_the_failure(
     assert "failure: trainer exited with code 2: error: Cannot create" in capsys.readouterr().out
 
 
+def test_status_of_a_local_run_reads_no_topic_a_stopped_broker_cannot_have(
+    orchestrator: LocalOrchestrator,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The broker is asked once whether it has the run's topic (a refused connection answers
+    at once); reading the topic would wait out the reader's timeout for the same answer."""
+    from coach_stream.cli import status as status_cli
+    from coach_stream.cli.main import main
+
+    def read_topic(*args: object) -> None:
+        raise AssertionError("read the telemetry topic of a broker that is not there")
+
+    monkeypatch.setattr(status_cli, "fold_run_topic", read_topic)
+    orchestrator.submit(run_of("d6", REFUSES))
+    follow(orchestrator, "d6", poll_s=0.05)
+    state = ["--state-dir", str(orchestrator.state_dir), "--kafka", "127.0.0.1:1"]
+    for extra in ([], ["--json"]):
+        assert main(["status", "d6", *state, *extra]) == 0
+        assert "trainer exited with code 2" in capsys.readouterr().out
+
+
 def test_launch_exit_code_of_a_failed_run(orchestrator: LocalOrchestrator) -> None:
     from coach_stream.cli.live import exit_code as _exit_code
 

@@ -18,6 +18,10 @@ from coach_stream.envs import probe_shape
 from coach_stream.policies.export import export, greedy_policy
 from coach_stream.trainer.normalize import NormalizingLearner
 
+# One worker exports them all: the first ONNX export in a process imports the exporter
+# (about 3 s of a core), and `make unit` would otherwise pay it on both workers.
+pytestmark = pytest.mark.xdist_group("onnx-export")
+
 CASES = {
     "cartpole-ppo": ["normalize.observations=true"],
     "pendulum-ppo": [],  # normalises observations and rewards

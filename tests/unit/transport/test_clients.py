@@ -76,9 +76,9 @@ _UNREACHABLE = textwrap.dedent(
     )
     settings = KafkaSettings(bootstrap_servers="127.0.0.1:1")
     for attempt in (
-        lambda: check_broker(settings, timeout=2),
-        lambda: KafkaExperienceReader(settings, RunTopics.for_run("r"), "g", timeout=2).open(),
-        lambda: KafkaRecordProducer(settings, "t").connect(2),
+        lambda: check_broker(settings, timeout=1),
+        lambda: KafkaExperienceReader(settings, RunTopics.for_run("r"), "g", timeout=1).open(),
+        lambda: KafkaRecordProducer(settings, "t").connect(1),
         lambda: ensure_run_topics(settings, RunTopics.for_run("r"), 1),  # asks metadata first
     ):
         try:
@@ -94,14 +94,14 @@ def test_an_unreachable_broker_makes_a_handful_of_lines_not_hundreds() -> None:
     done = subprocess.run(
         [sys.executable, "-c", _UNREACHABLE], capture_output=True, text=True, timeout=120
     )
-    # 2 + 2 + 2 + 5 s of waiting for an answer; create_topics alone used to wait 30 s, and
-    # destroying its client 30 s more
+    # 1 + 1 + 1 + 5 s (ensure_run_topics' own default) of waiting for an answer;
+    # create_topics alone used to wait 30 s, and destroying its client 30 s more
     assert time.monotonic() - started < 55
     lines = done.stderr.splitlines()
     errors = [line for line in lines if line.startswith("error: ")]
     assert len(errors) == 4, done.stderr
     assert all("127.0.0.1:1 did not answer" in line for line in errors), errors
-    # three clients retrying for ~6 s: librdkafka alone prints ~40 "%3|...|FAIL|" lines
+    # four clients retrying for 8 s in all: librdkafka alone prints a "%3|...|FAIL|" line per try
     assert not any(line.startswith("%") for line in lines), done.stderr
     noise = [line for line in lines if line not in errors]
     assert len(noise) <= 4, done.stderr
