@@ -114,7 +114,13 @@ def test_sac_needs_async_mode() -> None:
 
 
 def test_gaussian_ppo_runs_versions_on_pendulum(in_process_run: Any) -> None:
-    overrides = ["env_step_budget=2048", "rollout.num_envs=2", "ppo.num_steps=64"]
+    # two greedy episodes a round (the preset's 20 were 2 s of this test's 3.4)
+    overrides = [
+        "env_step_budget=2048",
+        "rollout.num_envs=2",
+        "ppo.num_steps=64",
+        "eval_episodes=2",
+    ]
     run = in_process_run(load_preset("pendulum-ppo", overrides), workers=2)
     run.start()
     finished = run.run(max_steps=100)

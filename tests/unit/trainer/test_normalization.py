@@ -243,7 +243,8 @@ def test_in_a_run_workers_act_on_their_versions_statistics_and_a_loaded_policy_a
     from coach_stream.algorithms import builder_for
 
     # 2 workers x 2 envs x 256 steps = 1,024 env steps per version: 6 versions of budget
-    small = ["env_step_budget=6144", "rollout.num_envs=2", "ppo.num_steps=256"]
+    # two greedy episodes a round: what the evaluator acts with is the point, not its mean
+    small = ["env_step_budget=6144", "rollout.num_envs=2", "ppo.num_steps=256", "eval_episodes=2"]
     preset = load_preset("pendulum-ppo", [*OVERRIDES, *small])
     run = in_process_run(preset, workers=2)
     run.start()
