@@ -21,6 +21,7 @@ from coach_stream.orchestrators.state import SupervisorConfig
 from coach_stream.orchestrators.zygote_client import DEFAULT_IDLE_S, ZygoteClient
 from coach_stream.processes import free_port
 from coach_stream.runids import check_run_id
+from coach_stream.transport.environment import check_kafka_addresses
 from coach_stream.transport.settings import KafkaSecurity, KafkaSettings
 
 CLI_MODULE = "coach_stream.cli.main"
@@ -100,6 +101,7 @@ class LaunchSettings:
                 "No Kafka bootstrap servers given; pass --kafka HOST:PORT, set "
                 "KAFKA_BOOTSTRAP_SERVERS, or start the local stack with `coach-stream stack up`."
             )
+        check_kafka_addresses(self.kafka_bootstrap)
         if not self.checkpoints.startswith(("file://", "gs://")):
             raise ConfigError(
                 f"Checkpoint location {self.checkpoints!r} is not a file:// or gs:// URL; "

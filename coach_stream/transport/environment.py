@@ -88,4 +88,24 @@ def kafka_settings(
             "No Kafka address; pass --kafka HOST:PORT or export KAFKA_BOOTSTRAP_SERVERS "
             "(`eval $(coach-stream stack env)` after `coach-stream stack up`)."
         )
+    check_kafka_addresses(bootstrap_servers)
     return KafkaSettings(bootstrap_servers=bootstrap_servers, security=kafka_security(environ))
+
+
+def check_kafka_addresses(bootstrap_servers: str) -> None:
+    """Each comma-separated entry is ``HOST[:PORT]`` (``[v6]:PORT``, a ``PROTOCOL://`` prefix
+    allowed, as librdkafka takes them). A malformed one would otherwise be tried until the
+    first client's timeout and reported as a broker that did not answer."""
+    for entry in bootstrap_servers.split(","):
+        address = entry.strip().rpartition("://")[2]
+        if address.endswith("]") or ":" not in address:  # a host alone: librdkafka's 9092
+            host, port = address, "9092"
+        else:
+            host, _, port = address.rpartition(":")
+        host = host.strip("[]")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            which = f" ({entry.strip()!r} is not)" if "," in bootstrap_servers else ""
+            raise ConfigError(
+                f"Kafka address {bootstrap_servers!r} is not HOST:PORT[,HOST:PORT...]{which}; "
+                "fix --kafka or KAFKA_BOOTSTRAP_SERVERS."
+            )

@@ -113,6 +113,13 @@ def test_no_kafka_address_is_refused(ws: Workspace, run_id: str) -> None:
     assert_nothing_created(ws, run_id)
 
 
+@pytest.mark.parametrize("command", ["launch", "status"])
+def test_a_malformed_kafka_address_is_refused_at_once(ws: Workspace, command: str) -> None:
+    args = ["cartpole-ppo"] if command == "launch" else ["some-run"]
+    refused(ws.run(command, *args, "--kafka", "broker:"), says="'broker:' is not HOST:PORT")
+    assert ws.run_dirs() == []
+
+
 def test_yaml_errors_name_the_file(ws: Workspace, run_id: str, tmp_path: Path) -> None:
     broken = tmp_path / "broken.yaml"
     broken.write_text("name: x\nenv_id: [unclosed\n")

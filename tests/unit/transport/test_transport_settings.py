@@ -22,6 +22,7 @@ from coach_stream.transport import (
     RunTopics,
     plan_run_topics,
 )
+from coach_stream.transport.environment import kafka_settings
 from coach_stream.transport.names import TOPIC_PREFIX, consumer_group, is_run_topic, trainer_group
 
 
@@ -164,3 +165,28 @@ def test_memory_log_mirrors_the_kafka_pair() -> None:
     bad = ExperienceChunk(**{**_chunk(9).__dict__, "rewards": np.zeros(1, np.float64)})
     with pytest.raises(EncodeError):
         MemoryExperienceWriter(log).write(bad)
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["127.0.0.1:9092", "localhost", "a:1, b:2", "SSL://h:9093", "[::1]:9092", "[::1]"],
+)
+def test_addresses_librdkafka_takes_are_taken(address: str) -> None:
+    assert kafka_settings(address, {}).bootstrap_servers == address
+
+
+@pytest.mark.parametrize(
+    ("address", "names"),
+    [(":", "':' is not HOST:PORT"), ("h:", "'h:'"), ("h:0", "'h:0'"), ("h:70000", "'h:70000'"),
+     (":9092", "':9092'"), ("h:x", "'h:x'"), ("a:1,,b:2", "('' is not)"),
+     ("a:1,b", None), ("a:1,b:", "('b:' is not)")],
+)  # fmt: skip
+def test_a_malformed_address_is_one_sentence_before_any_client_waits(
+    address: str, names: str | None
+) -> None:
+    if names is None:  # a host alone takes librdkafka's default port
+        kafka_settings(address, {})
+        return
+    with pytest.raises(ConfigError, match=r"fix --kafka or KAFKA_BOOTSTRAP_SERVERS\.$") as caught:
+        kafka_settings(address, {})
+    assert names in str(caught.value)
