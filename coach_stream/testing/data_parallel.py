@@ -1,4 +1,4 @@
-"""K trainer ranks in K real processes (gloo on 127.0.0.1), for tests and ``bench/learners.py``.
+"""K trainer ranks in K real processes (gloo on 127.0.0.1), for the data-parallel tests.
 
 ``learn_in_ranks`` gives each rank its own chunks, lets every rank's learner update on them
 and returns each rank's weights afterwards, so a test can compare K ranks with one learner
