@@ -22,7 +22,7 @@ from confluent_kafka.cimpl import NewTopic
 
 from coach_stream.errors import ConfigError, ServiceUnavailableError
 from coach_stream.transport import clients
-from coach_stream.transport.settings import KafkaSettings, RunTopics
+from coach_stream.transport.settings import KafkaSettings, RunTopics, broker_address
 
 FOREVER = "-1"
 FIRST_CONTACT_S = 5.0
@@ -86,7 +86,7 @@ def protocol_mismatch(settings: KafkaSettings, timeout: float = PROBE_S) -> str 
     oversized request and closes the connection at once; a TLS listener answers the hello.
     None when nothing listens (a broker that is down), or the answer says neither.
     """
-    address = _first_address(settings.bootstrap_servers)
+    address = broker_address(settings.bootstrap_servers.split(",")[0])
     if address is None:
         return None
     host, port = address
@@ -127,19 +127,9 @@ def protocol_mismatch(settings: KafkaSettings, timeout: float = PROBE_S) -> str 
     return None
 
 
-def _first_address(bootstrap_servers: str) -> tuple[str, int] | None:
-    """(host, port) of the first ``host:port`` (``[v6]:port``, ``PROTOCOL://`` allowed)."""
-    first = bootstrap_servers.split(",")[0].strip().rpartition("://")[2]
-    host, _, port = first.rpartition(":")
-    host = host.strip("[]")
-    if not host or not port.isdigit():
-        return None
-    return host, int(port)
-
-
 def _all_refused(bootstrap_servers: str) -> bool:
     """Whether every ``host:port`` of the bootstrap list refuses a TCP connection outright."""
-    addresses = [_first_address(part) for part in bootstrap_servers.split(",") if part.strip()]
+    addresses = [broker_address(part) for part in bootstrap_servers.split(",") if part.strip()]
     if not addresses or None in addresses:
         return False
     for host, port in (address for address in addresses if address is not None):

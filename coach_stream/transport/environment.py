@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pydantic import ValidationError
 
 from coach_stream.errors import ConfigError
-from coach_stream.transport.settings import KafkaSecurity, KafkaSettings
+from coach_stream.transport.settings import KafkaSecurity, KafkaSettings, broker_address
 
 PREFIX = "COACH_STREAM_KAFKA_"
 ENV_VARS: dict[str, str] = {
@@ -93,17 +93,11 @@ def kafka_settings(
 
 
 def check_kafka_addresses(bootstrap_servers: str) -> None:
-    """Each comma-separated entry is ``HOST[:PORT]`` (``[v6]:PORT``, a ``PROTOCOL://`` prefix
-    allowed, as librdkafka takes them). A malformed one would otherwise be tried until the
-    first client's timeout and reported as a broker that did not answer."""
+    """Each comma-separated entry is an address librdkafka takes (``broker_address``). A
+    malformed one would otherwise be tried until the first client's timeout and reported as
+    a broker that did not answer."""
     for entry in bootstrap_servers.split(","):
-        address = entry.strip().rpartition("://")[2]
-        if address.endswith("]") or ":" not in address:  # a host alone: librdkafka's 9092
-            host, port = address, "9092"
-        else:
-            host, _, port = address.rpartition(":")
-        host = host.strip("[]")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        if broker_address(entry) is None:
             which = f" ({entry.strip()!r} is not)" if "," in bootstrap_servers else ""
             raise ConfigError(
                 f"Kafka address {bootstrap_servers!r} is not HOST:PORT[,HOST:PORT...]{which}; "

@@ -165,6 +165,20 @@ def _secret(value: SecretStr | None) -> str:
     return "" if value is None else value.get_secret_value()
 
 
+def broker_address(entry: str) -> tuple[str, int] | None:
+    """(host, port) of one bootstrap entry as librdkafka reads it: ``HOST[:PORT]``,
+    ``[v6]:PORT``, a ``PROTOCOL://`` prefix, port 9092 when left out; None when malformed."""
+    address = entry.strip().rpartition("://")[2]
+    if address.endswith("]") or ":" not in address:
+        host, port = address, "9092"
+    else:
+        host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return None
+    return host, int(port)
+
+
 class KafkaSettings(BaseModel):
     """How to reach the broker and how to batch; validated once at the entry point."""
 
