@@ -8,6 +8,8 @@ Figures (one JSON line each, the baseline measured in the same run, on the same 
 * ``export_parquet``: transitions/s of ``replay export --format parquet`` (topic -> file);
 * ``export_peak_memory``: peak traced memory (tracemalloc: Python and numpy allocations)
   while exporting the whole topic, against exporting a quarter of it: flat means ~1;
+* ``columnar_decode_mixed_lengths``: the columnar decoder alone (no Kafka) on chunks of
+  which a quarter were cut short by episode ends, against chunks all of one length;
 * ``topic_to_batches_mb_s``: the same read in MB/s of records (keys and values, as Kafka
   counts them) against Kafka's own consumer, ``kafka-consumer-perf-test``
   (``org.apache.kafka.tools.ConsumerPerformance`` of the broker's version, its
@@ -49,6 +51,7 @@ import pyarrow.parquet as pq
 from coach_stream.codec import default_registry, encode_chunk
 from coach_stream.codec.avro import HEADER_SIZE
 from coach_stream.codec.chunks import CHUNK_SCHEMA
+from coach_stream.codec.columnar import decode_columns
 from coach_stream.core import ExperienceChunk
 from coach_stream.replay.export.run import run_export
 from coach_stream.replay.range import Bound
@@ -101,6 +104,47 @@ def produce(settings: KafkaSettings, topic: str, records: int) -> tuple[int, int
             producer.produce(key, value)
         producer.flush(120)
     return records * CHUNK_STEPS, size
+
+
+def cartpole_records(count: int, cut_every: int) -> list[bytes]:
+    """``count`` encoded chunks as ``produce`` writes them; every ``cut_every``-th (0: none)
+    ends its episode after 1 to CHUNK_STEPS - 1 steps, as episode ends cut real chunks."""
+    rng = np.random.default_rng(1)
+    records = []
+    for i in range(count):
+        cut = cut_every and i % cut_every == 0
+        steps = int(rng.integers(1, CHUNK_STEPS)) if cut else CHUNK_STEPS
+        ended = np.arange(steps) == steps - 1 if cut else np.zeros(steps, np.bool_)
+        chunk = ExperienceChunk(
+            run_id="bench", worker_id=i % 8, env_index=(i // 8) % 8, chunk_seq=i // 64,
+            policy_version=i // 1000, first_step=0,
+            observations=rng.standard_normal((steps + 1, 4)).astype(np.float32),
+            actions=rng.integers(0, 2, steps), rewards=np.ones(steps, np.float32),
+            terminated=ended, truncated=np.zeros(steps, np.bool_),
+            episode_return=float(steps) if cut else None, episode_length=steps if cut else None,
+            created_at_ms=1,
+        )  # fmt: skip
+        records.append(encode_chunk(chunk))
+    return records
+
+
+def decode_mixed_lengths(rounds: int) -> None:
+    """The columnar decoder on a read of chunks of which a quarter were cut short, against
+    the same decoder on chunks all of one length (its fastest case), in MB per CPU-second,
+    alternating. A read holds 8,192 CartPole records (``replay.reader``'s usual call)."""
+    reads = {"mixed": cartpole_records(8192, 4), "uniform": cartpole_records(8192, 0)}
+    rates: dict[str, list[float]] = {name: [] for name in reads}
+    for round_ in range(rounds):
+        for name in reads if round_ % 2 == 0 else list(reads)[::-1]:
+            values = reads[name]
+            began = time.process_time()
+            columns, ok = decode_columns(values)
+            assert columns is not None and ok.all()
+            rates[name].append(sum(map(len, values)) / 1e6 / (time.process_time() - began))
+    mixed, uniform = (statistics.median(rates[name]) for name in ("mixed", "uniform"))
+    line("columnar_decode_mixed_lengths", mixed, "MB/cpu-s", uniform,
+         baseline="columnar_decode_uniform_lengths", rounds=rounds,
+         spread=[round(min(rates["mixed"]), 1), round(max(rates["mixed"]), 1)])  # fmt: skip
 
 
 def topic_to_batches(settings: KafkaSettings, topic: str) -> tuple[float, float, int]:
@@ -261,6 +305,7 @@ def main() -> int:
         print("bench/replay.py: set KAFKA_BOOTSTRAP_SERVERS (eval $(coach-stream stack env))")
         return 2
     settings = KafkaSettings(bootstrap_servers=servers)
+    decode_mixed_lengths(10 if args.quick else 40)
     # passes of ~1.5 s each at full size: in shorter ones (0.5 s at 120,000 records) Kafka's
     # consumer spent much of each pass warming its JVM (121.5 MB/s against 231-279 here),
     # and the pass ratios moved between 0.76 and 1.52 on a 2-core machine

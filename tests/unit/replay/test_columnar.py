@@ -39,6 +39,22 @@ def test_columns_equal_the_codec_record_by_record() -> None:
     _assert_equal(columns, from_chunks([decode_chunk(encode_chunk(c)) for c in chunks]))
 
 
+@pytest.mark.parametrize("obs_shape", [(4,), (6, 5, 3)])
+def test_mostly_full_chunks_with_episode_ends_of_every_length(obs_shape: tuple[int, ...]) -> None:
+    # the usual topic: most chunks hold T steps, episode ends cut the rest short; the most
+    # common length is copied one record at a time and the others one step at a time
+    rng = np.random.default_rng(7)
+    lengths = [32 if i % 4 else int(rng.integers(0, 32)) for i in range(90)]
+    chunks = [
+        make_chunk(n, seed=i, obs_shape=obs_shape, ended=n < 32, behaviour=i % 5 != 1)
+        for i, n in enumerate(lengths)
+    ]
+    columns, ok = decode_columns([encode_chunk(c) for c in chunks])
+    assert ok.all() and columns is not None
+    assert columns.observations.shape == (sum(lengths) + len(lengths), *obs_shape)
+    _assert_equal(columns, from_chunks([decode_chunk(encode_chunk(c)) for c in chunks]))
+
+
 def test_big_varints_and_image_observations() -> None:
     base = make_chunk(3, obs_shape=(8, 8, 2), obs_dtype="uint8")
     chunks = [
