@@ -87,8 +87,9 @@ PATHS = (
           num_envs=8),
     Row("replay", "topic_to_batches_mb_s", "replay: topic -> training batches, MB/s of records",
           "Kafka's own consumer (`kafka-consumer-perf-test`, fetch MB/s)",
-          "ours decodes every record into training columns in one Python process (~5.5 us "
-          "of a core per CartPole record: consume 1.3, decode 2.7, batching 0.5); Kafka's "
+          "ours decodes every record into training columns in one Python process (profiled "
+          "2026-12-07: librdkafka's consume() and its Message objects about a quarter of the "
+          "CPU, the columnar decode a half, batching and to_transitions the rest); Kafka's "
           "tool only counts the bytes it fetched (several JVM threads)"),
 )  # fmt: skip
 
