@@ -22,13 +22,18 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Self
 
-import numpy as np
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from coach_stream.codec import ChunkCodec, SchemaRegistry, default_registry
 from coach_stream.core import ClosingContext
 from coach_stream.errors import ConfigError, ServiceUnavailableError
-from coach_stream.replay.batches import ChunkBatch, TransitionBatch, Undecodable, to_transitions
+from coach_stream.replay.batches import (
+    ChunkBatch,
+    TransitionBatch,
+    Undecodable,
+    take_batch,
+    to_transitions,
+)
 from coach_stream.replay.decode import ReaderStats, decode_records
 from coach_stream.replay.range import EARLIEST, LATEST, Bound, parse_bound
 from coach_stream.replay.spans import PartitionSpan, resolve_spans
@@ -251,12 +256,9 @@ class ReplayReader(ClosingContext):
             if len(decoded):
                 self._steps_per_record = max(1, decoded.transitions // len(decoded))
             while held >= self.batch_transitions:
-                joined = ChunkBatch.join(pending)
-                reached = np.cumsum(joined.columns.steps) >= self.batch_transitions
-                cut = int(np.argmax(reached)) + 1
-                head, tail = joined.split(cut)
+                head, pending = take_batch(pending, self.batch_transitions)
+                held -= head.transitions
                 yield self._count(head)
-                pending, held = ([tail] if len(tail) else []), tail.transitions
         if pending:
             last = ChunkBatch.join(pending)
             if len(last) or last.undecodable:

@@ -276,6 +276,26 @@ def test_topic_with_dead_lettered_garbage(settings: KafkaSettings, tmp_path: Pat
         delete_run_topics(settings, topics)
 
 
+def test_a_partition_of_garbage_only_is_counted_and_the_rest_read(settings: KafkaSettings) -> None:
+    # a read of undecodable records only used to break the join of the next read's chunks
+    topics = _new_run(settings, partitions=2)
+    try:
+        producer = Producer({"bootstrap.servers": settings.bootstrap_servers})
+        for i in range(4):
+            producer.produce(topics.experience, b"garbage %d" % i, partition=0)
+        for i in range(5):
+            producer.produce(topics.experience, encode_chunk(make_chunk(3, seed=i)), partition=1)
+        assert producer.flush(30) == 0
+        with ReplayReader(settings, topics.experience, batch_transitions=7) as reader:
+            rows = sum(len(batch) for batch in reader.batches())
+            assert rows == 15 and reader.stats.undecodable == 4
+        with ReplayReader(settings, topics.experience) as reader:
+            report = inspect(reader, topics.dead_letter).to_json()
+        assert report["undecodable"] == 4 and report["chunks"] == 5
+    finally:
+        delete_run_topics(settings, topics)
+
+
 def test_offline_training_is_bit_reproducible(
     settings: KafkaSettings, recorded: tuple[RunTopics, Recorded]
 ) -> None:
