@@ -156,6 +156,10 @@ def _print_report(r: dict[str, Any]) -> None:
         f"time span: {r['first_timestamp']} .. {r['last_timestamp']}",
         f"records: {r['records']}  chunks: {r['chunks']}  transitions: {r['transitions']}  "
         f"bytes: {r['bytes']}  undecodable: {r['undecodable']}",
+        *(
+            f"  undecodable at {bad['partition']}:{bad['offset']}: {bad['reason']}"
+            for bad in r["undecodable_first"]
+        ),
         f"policy versions: {versions['count']} ({versions['min']}..{versions['max']})",
         f"episodes: {episodes['count']}",
     ]

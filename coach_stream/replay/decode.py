@@ -13,6 +13,7 @@ import builtins
 from collections import Counter
 from dataclasses import dataclass, field
 from operator import itemgetter
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -29,6 +30,33 @@ from coach_stream.replay.batches import ChunkBatch, Undecodable
 from coach_stream.transport.reader import ReadCounts
 
 
+@dataclass(frozen=True)
+class Layout:
+    """What every chunk of a replayed range must share to stand in one set of columns: the
+    observations' and the actions' shape after the step axis, and their dtypes."""
+
+    observations: tuple[tuple[int, ...], str]
+    actions: tuple[tuple[int, ...], str]
+
+    @staticmethod
+    def of(observations: npt.NDArray[Any], actions: npt.NDArray[Any]) -> Layout:
+        return Layout(
+            (observations.shape[1:], observations.dtype.name),
+            (actions.shape[1:], actions.dtype.name),
+        )
+
+    def refusal(self, other: Layout) -> str:
+        """Why a chunk of layout ``other`` is left out of this range's columns."""
+        return (
+            f"Chunk of {other.describe()} in a range of {self.describe()}; replay one run's "
+            "range at a time (--from/--to)."
+        )
+
+    def describe(self) -> str:
+        (obs_shape, obs_dtype), (act_shape, act_dtype) = self.observations, self.actions
+        return f"observations {obs_shape} {obs_dtype} and actions {act_shape} {act_dtype}"
+
+
 @dataclass
 class ReaderStats(ReadCounts):
     """What one pass read: ``ReadCounts`` (``bytes``: of the chunks), and the following."""
@@ -43,17 +71,28 @@ class ReaderStats(ReadCounts):
 
 
 def decode_records(
-    messages: list[Message], codec: ChunkCodec, stats: ReaderStats
+    messages: list[Message], codec: ChunkCodec, stats: ReaderStats, layout: Layout | None = None
 ) -> ChunkBatch | None:
-    """One read's records (one partition's) as a ChunkBatch; None if there were none."""
+    """One read's records (one partition's) as a ChunkBatch; None if there were none.
+
+    ``layout``: the range's, from its first read of chunks (None: this read sets it, by its
+    vectorized chunks, else by its first). Chunks of another layout cannot share the range's
+    columns: they are undecodable here, with the reason.
+    """
     values = [v or b"" for v in map(Message.value, messages)]
     columns, ok = decode_columns(values)
+    if columns is not None:
+        found = Layout.of(columns.observations, columns.actions)
+        if layout is None:
+            layout = found
+        elif found != layout:  # each record to the codec, which tells them apart
+            columns, ok = None, np.zeros(len(values), dtype=np.bool_)
     vectorized = columns is not None and bool(ok.all())
     bad: list[Undecodable] = []
     if vectorized and columns is not None:
         parts, kept = [columns], list(range(len(messages)))
     else:
-        parts, kept, bad = _decode_mixed(messages, values, columns, ok, codec)
+        parts, kept, bad = _decode_mixed(messages, values, columns, ok, codec, layout)
     stats.undecodable += len(bad)
     if not kept:
         return ChunkBatch.only_undecodable(bad) if bad else None
@@ -88,9 +127,11 @@ def _decode_mixed(
     columns: ChunkColumns | None,
     ok: npt.NDArray[np.bool_],
     codec: ChunkCodec,
+    layout: Layout | None,
 ) -> tuple[list[ChunkColumns], list[int], list[Undecodable]]:
     """The columnar decoder's chunks where ``ok``, the codec's elsewhere, in record order:
-    (column parts, indices of the records that are chunks, the records that are not)."""
+    (column parts, indices of the records that are chunks, the records that are not).
+    A chunk the codec decodes but whose layout is not ``layout`` is one that is not."""
     parts: list[ChunkColumns] = []
     kept: list[int] = []
     bad: list[Undecodable] = []
@@ -109,7 +150,12 @@ def _decode_mixed(
         try:
             if message.value() is None:
                 raise DecodeError("Record has no value (a tombstone).")
-            run.append(codec.decode(values[i]))
+            chunk = codec.decode(values[i])
+            found = Layout.of(chunk.observations, chunk.actions)
+            layout = layout or found
+            if found != layout:
+                raise DecodeError(layout.refusal(found))
+            run.append(chunk)
             kept.append(i)
         except DecodeError as exc:
             bad.append(Undecodable(message.partition() or 0, message.offset() or 0, str(exc)))

@@ -42,6 +42,9 @@ class KeyStats:
     """chunks whose chunk_seq is not above the previous one (written twice)."""
 
 
+_EXAMPLES = 3  # undecodable records listed by where they are and why
+
+
 @dataclass
 class Inspection:
     topic: str
@@ -62,8 +65,13 @@ class Inspection:
     keys: dict[tuple[int, int], KeyStats] = field(default_factory=dict)
     run_ids: set[str] = field(default_factory=set)
     dead_letters: int = 0
+    undecodable_first: list[dict[str, Any]] = field(default_factory=list)
+    """The first few undecodable records: where each is and why (the count says how many)."""
 
     def add(self, batch: ChunkBatch) -> None:
+        for bad in batch.undecodable[: _EXAMPLES - len(self.undecodable_first)]:
+            where = {"partition": bad.partition, "offset": bad.offset, "reason": bad.reason}
+            self.undecodable_first.append(where)
         c = batch.columns
         if len(c) == 0:
             return
@@ -131,6 +139,7 @@ class Inspection:
             "chunks": self.chunks,
             "transitions": self.transitions,
             "undecodable": self.undecodable,
+            "undecodable_first": self.undecodable_first,
             "bytes": self.bytes,
             "first_timestamp": _iso(self.first_timestamp_ms),
             "last_timestamp": _iso(self.last_timestamp_ms),

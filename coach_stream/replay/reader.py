@@ -34,7 +34,7 @@ from coach_stream.replay.batches import (
     take_batch,
     to_transitions,
 )
-from coach_stream.replay.decode import ReaderStats, decode_records
+from coach_stream.replay.decode import Layout, ReaderStats, decode_records
 from coach_stream.replay.range import EARLIEST, LATEST, Bound, parse_bound
 from coach_stream.replay.spans import PartitionSpan, resolve_spans
 from coach_stream.transport import clients
@@ -109,6 +109,7 @@ class ReplayReader(ClosingContext):
         # records per consume(): small until the records' size is known, then about a batch
         self._consume_count = 64
         self._steps_per_record = 0  # running estimate (0: not known yet)
+        self._layout: Layout | None = None  # the range's first chunk's: every batch's
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -248,9 +249,12 @@ class ReplayReader(ClosingContext):
         pending: list[ChunkBatch] = []
         held = 0
         for messages in self.messages():
-            decoded = decode_records(messages, self.codec, self.stats)
+            decoded = decode_records(messages, self.codec, self.stats, self._layout)
             if decoded is None:
                 continue
+            if self._layout is None and len(decoded):
+                columns = decoded.columns
+                self._layout = Layout.of(columns.observations, columns.actions)
             pending.append(decoded)
             held += decoded.transitions
             if len(decoded):

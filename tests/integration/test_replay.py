@@ -292,6 +292,27 @@ def test_a_partition_of_garbage_only_is_counted_and_the_rest_read(settings: Kafk
         with ReplayReader(settings, topics.experience) as reader:
             report = inspect(reader, topics.dead_letter).to_json()
         assert report["undecodable"] == 4 and report["chunks"] == 5
+        first = report["undecodable_first"]
+        assert [(u["partition"], u["offset"]) for u in first] == [(0, 0), (0, 1), (0, 2)]
+    finally:
+        delete_run_topics(settings, topics)
+
+
+def test_a_partition_of_another_runs_shape_is_counted_not_a_crash(
+    settings: KafkaSettings, tmp_path: Path
+) -> None:
+    topics = _new_run(settings, partitions=2)
+    try:
+        producer = Producer({"bootstrap.servers": settings.bootstrap_servers})
+        for i in range(5):
+            producer.produce(topics.experience, encode_chunk(make_chunk(3, seed=i)), partition=0)
+        for i in range(2):
+            other = make_chunk(3, seed=i, obs_shape=(2, 2), obs_dtype="uint8")
+            producer.produce(topics.experience, encode_chunk(other), partition=1)
+        assert producer.flush(30) == 0
+        with ReplayReader(settings, topics.experience) as reader:
+            where, counts = run_export(reader, "parquet", str(tmp_path / "s.parquet"))
+        assert pq.read_table(where).num_rows == 15 and counts["undecodable"] == 2
     finally:
         delete_run_topics(settings, topics)
 

@@ -1,12 +1,17 @@
-"""Batches cut from a reader's decoded reads: the same cuts as joining every read first."""
+"""A reader's reads decoded and cut into batches: the same cuts as joining every read first,
+and chunks that cannot share the range's columns counted as undecodable, never a crash."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from confluent_kafka import Message
 
+from coach_stream.codec import ChunkCodec, default_registry, encode_chunk
 from coach_stream.codec.columns import from_chunks
+from coach_stream.core import ExperienceChunk
 from coach_stream.replay.batches import ChunkBatch, Undecodable, take_batch
+from coach_stream.replay.decode import Layout, ReaderStats, decode_records
 from coach_stream.testing.chunks import make_chunk
 
 
@@ -66,3 +71,29 @@ def test_a_read_of_undecodable_records_only_joins_a_read_of_chunks() -> None:
     joined = ChunkBatch.join([garbage, chunks])
     assert joined.offsets.tolist() == [10, 11] and joined.transitions == 8
     assert [u.offset for u in joined.undecodable] == [0, 1]
+
+
+def _messages(chunks: list[ExperienceChunk]) -> list[Message]:
+    return [
+        Message(topic="t", partition=0, offset=i, value=encode_chunk(c), timestamp=(1, 100 + i))
+        for i, c in enumerate(chunks)
+    ]
+
+
+def test_a_chunk_of_another_observation_shape_is_undecodable_not_a_crash() -> None:
+    # concatenating (T, 4) and (T, 3) observations used to raise ValueError out of the reader
+    chunks = [make_chunk(5, seed=i) for i in range(3)] + [make_chunk(5, obs_shape=(3,))]
+    stats = ReaderStats()
+    batch = decode_records(_messages(chunks), ChunkCodec(default_registry()), stats)
+    assert batch is not None and len(batch) == 3 and batch.columns.observations.shape == (18, 4)
+    [refused] = batch.undecodable
+    assert refused.offset == 3 and "observations (3,) float32" in refused.reason
+    assert "in a range of observations (4,) float32" in refused.reason
+
+
+def test_a_read_of_another_layout_than_the_ranges_is_undecodable() -> None:
+    images = [make_chunk(2, seed=i, obs_shape=(2, 2), obs_dtype="uint8") for i in range(2)]
+    layout = Layout.of(np.zeros((1, 4), np.float32), np.zeros(1, np.int64))
+    batch = decode_records(_messages(images), ChunkCodec(default_registry()), ReaderStats(), layout)
+    assert batch is not None and len(batch) == 0 and len(batch.undecodable) == 2
+    assert "observations (2, 2) uint8" in batch.undecodable[0].reason
