@@ -63,7 +63,8 @@ class ReaderStats(ReadCounts):
 
     transitions: int = 0
     undecodable: int = 0
-    """Records that are not chunks (garbage, an unknown schema, a tombstone): skipped."""
+    """Records that are not chunks (garbage, an unknown schema, a tombstone) or not of the
+    range's layout (``Layout``): skipped."""
     schemas: Counter[builtins.bytes] = field(default_factory=Counter)
     """Chunks per writer-schema fingerprint."""
     max_held_records: int = 0
