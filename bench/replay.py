@@ -40,6 +40,7 @@ import tempfile
 import time
 import tracemalloc
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,48 +76,17 @@ def line(metric: str, value: float, unit: str, baseline_value: float | None, **e
     )
 
 
-def produce(settings: KafkaSettings, topic: str, records: int) -> tuple[int, int]:
-    """``records`` CartPole chunks of CHUNK_STEPS steps (random observations): (transitions,
-    bytes of keys and values)."""
+def cartpole_chunks(run_id: str, count: int, cut_every: int = 0) -> Iterator[ExperienceChunk]:
+    """``count`` CartPole chunks of CHUNK_STEPS steps (random observations); every
+    ``cut_every``-th (0: none) ends its episode after 1 to CHUNK_STEPS - 1 steps, as episode
+    ends cut real chunks."""
     rng = np.random.default_rng(0)
-    run_id = topic.split(".")[1]
-    size = 0
-    with KafkaRecordProducer(settings, topic) as producer:
-        for i in range(records):
-            worker, env = i % 8, (i // 8) % 8
-            obs = rng.standard_normal((CHUNK_STEPS + 1, 4)).astype(np.float32)
-            chunk = ExperienceChunk(
-                run_id=run_id,
-                worker_id=worker,
-                env_index=env,
-                chunk_seq=i // 64,
-                policy_version=i // 1000,
-                first_step=0,
-                observations=obs,
-                actions=rng.integers(0, 2, CHUNK_STEPS),
-                rewards=np.ones(CHUNK_STEPS, np.float32),
-                terminated=np.zeros(CHUNK_STEPS, np.bool_),
-                truncated=np.zeros(CHUNK_STEPS, np.bool_),
-                created_at_ms=1,
-            )
-            key, value = chunk.key.encode(), encode_chunk(chunk)
-            size += len(key) + len(value)
-            producer.produce(key, value)
-        producer.flush(120)
-    return records * CHUNK_STEPS, size
-
-
-def cartpole_records(count: int, cut_every: int) -> list[bytes]:
-    """``count`` encoded chunks as ``produce`` writes them; every ``cut_every``-th (0: none)
-    ends its episode after 1 to CHUNK_STEPS - 1 steps, as episode ends cut real chunks."""
-    rng = np.random.default_rng(1)
-    records = []
     for i in range(count):
         cut = cut_every and i % cut_every == 0
         steps = int(rng.integers(1, CHUNK_STEPS)) if cut else CHUNK_STEPS
         ended = np.arange(steps) == steps - 1 if cut else np.zeros(steps, np.bool_)
-        chunk = ExperienceChunk(
-            run_id="bench", worker_id=i % 8, env_index=(i // 8) % 8, chunk_seq=i // 64,
+        yield ExperienceChunk(
+            run_id=run_id, worker_id=i % 8, env_index=(i // 8) % 8, chunk_seq=i // 64,
             policy_version=i // 1000, first_step=0,
             observations=rng.standard_normal((steps + 1, 4)).astype(np.float32),
             actions=rng.integers(0, 2, steps), rewards=np.ones(steps, np.float32),
@@ -124,15 +94,28 @@ def cartpole_records(count: int, cut_every: int) -> list[bytes]:
             episode_return=float(steps) if cut else None, episode_length=steps if cut else None,
             created_at_ms=1,
         )  # fmt: skip
-        records.append(encode_chunk(chunk))
-    return records
+
+
+def produce(settings: KafkaSettings, topic: str, records: int) -> tuple[int, int]:
+    """``records`` chunks of ``cartpole_chunks``: (transitions, bytes of keys and values)."""
+    size = 0
+    with KafkaRecordProducer(settings, topic) as producer:
+        for chunk in cartpole_chunks(topic.split(".")[1], records):
+            key, value = chunk.key.encode(), encode_chunk(chunk)
+            size += len(key) + len(value)
+            producer.produce(key, value)
+        producer.flush(120)
+    return records * CHUNK_STEPS, size
 
 
 def decode_mixed_lengths(rounds: int) -> None:
     """The columnar decoder on a read of chunks of which a quarter were cut short, against
     the same decoder on chunks all of one length (its fastest case), in MB per CPU-second,
     alternating. A read holds 8,192 CartPole records (``replay.reader``'s usual call)."""
-    reads = {"mixed": cartpole_records(8192, 4), "uniform": cartpole_records(8192, 0)}
+    reads = {
+        name: [encode_chunk(c) for c in cartpole_chunks("bench", 8192, cut_every)]
+        for name, cut_every in (("mixed", 4), ("uniform", 0))
+    }
     rates: dict[str, list[float]] = {name: [] for name in reads}
     for round_ in range(rounds):
         for name in reads if round_ % 2 == 0 else list(reads)[::-1]:
