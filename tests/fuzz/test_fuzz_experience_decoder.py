@@ -311,8 +311,30 @@ def test_the_scan_still_takes_a_workers_own_chunk_seq() -> None:
 # ------------------------------------------------------------------ replay's batch decoder
 
 
+@st.composite
+def reads_of_one_layout(draw: st.DrawFn) -> list[bytes]:
+    """A read as a topic holds them: chunks of one layout, which the batch decoder matches
+    against the bytes of one of them, with their integers (varints of several lengths) and
+    data drawn apart, and some of them damaged anywhere, headers included."""
+    base = draw(genuine_chunks())
+    values = []
+    for _ in range(draw(st.integers(min_value=2, max_value=8))):
+        chunk = replace(
+            base,
+            chunk_seq=draw(st.integers(min_value=0, max_value=2**40)),
+            policy_version=draw(st.integers(min_value=0, max_value=1000)),
+            first_step=draw(st.integers(min_value=0, max_value=10_000)),
+            created_at_ms=draw(st.integers(min_value=0, max_value=2**42)),
+            observations=base.observations + np.float32(draw(st.integers(0, 9))),
+        )
+        data = encode_chunk(chunk)
+        values.append(draw(mutated(data)) if draw(st.integers(0, 3)) == 0 else data)
+    return values
+
+
 @FUZZ
-@given(st.lists(st.one_of(GENUINE, ANY_RECORD), min_size=1, max_size=6))
+@given(st.one_of(st.lists(st.one_of(GENUINE, ANY_RECORD), min_size=1, max_size=6),
+                 reads_of_one_layout()))  # fmt: skip
 def test_replays_batch_decoder_accepts_only_what_the_codec_decodes_the_same(
     values: list[bytes],
 ) -> None:

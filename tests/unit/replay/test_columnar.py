@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -84,17 +86,28 @@ def test_corrupted_records_are_left_to_the_codec() -> None:
     del flag_early
 
 
-def test_every_single_byte_corruption_is_declined_or_agrees_with_the_codec() -> None:
+@pytest.mark.parametrize("place", [None, 0, 2])
+def test_every_single_byte_corruption_is_declined_or_agrees_with_the_codec(
+    place: int | None,
+) -> None:
+    # alone, and among records of its own layout: the decoder matches a read's records
+    # against the bytes of one of them, so a damaged header must fail that match (and a
+    # damaged record chosen as the one matched against must not mislead the others)
     record = encode_chunk(make_chunk(4, seed=3))
+    good = [encode_chunk(replace(make_chunk(4, seed=3), chunk_seq=s)) for s in (1, 300, 70_000)]
     rng = np.random.default_rng(0)
     for position in range(len(record)):
         mutated = bytearray(record)
         mutated[position] = (mutated[position] + int(rng.integers(1, 256))) % 256
-        columns, ok = decode_columns([bytes(mutated)])
-        if not ok[0]:
+        read = [bytes(mutated)] if place is None else [*good[:place], bytes(mutated), *good[place:]]
+        columns, ok = decode_columns(read)
+        if place == 2:  # the layout is the first record's: these always fit it
+            assert ok[[0, 1, 3]].all(), position
+        if not ok.any():
             continue
         assert columns is not None
-        _assert_equal(columns, from_chunks([decode_chunk(bytes(mutated))]))
+        expected = from_chunks([decode_chunk(v) for v, kept in zip(read, ok, strict=True) if kept])
+        _assert_equal(columns, expected)
 
 
 def test_split_keeps_each_chunks_rows() -> None:
