@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 from coach_stream.codec.chunks import FIELD_LIMITS
 from coach_stream.codec.columnar_parser import I64, NAMES, Bool, Head, Parser
-from coach_stream.codec.columnar_tensors import read_tensors
+from coach_stream.codec.columnar_tensors import Template, read_tensors
 from coach_stream.codec.columns import ChunkColumns
 from coach_stream.codec.tensors import DTYPES
 
@@ -50,20 +50,20 @@ class _Fields:
     created_at_ms: I64
 
 
-def _read_fields(p: Parser) -> _Fields:
+def _read_fields(p: Parser, template: Template | None) -> tuple[_Fields, Template | None]:
     """Every field of every record, in the v1 body's order; the record must end there."""
     name_len = p.long()
     p.ok &= name_len >= 0
     run_at = p.skip(name_len, p.ok)
     ints = {name: p.long() for name in _INTS}
-    tensors, optional = read_tensors(p)
+    tensors, optional, template = read_tensors(p, template)
     has_return = p.branch()
     return_at = p.skip(8, has_return)
     has_length = p.branch()
     episode_length = np.where(has_length, p.long(has_length), -1)
     created_at_ms = p.long()
     p.ok &= p.pos == p.ends
-    return _Fields(
+    fields = _Fields(
         name_len=name_len,
         run_at=run_at,
         ints=ints,
@@ -74,6 +74,7 @@ def _read_fields(p: Parser) -> _Fields:
         episode_length=episode_length,
         created_at_ms=created_at_ms,
     )
+    return fields, template
 
 
 def _check_invariants(p: Parser, f: _Fields) -> I64:
@@ -167,8 +168,28 @@ def _returns(p: Parser, f: _Fields, keep: Bool) -> npt.NDArray[np.float64]:
 
 def decode_columns(values: list[bytes]) -> tuple[ChunkColumns | None, Bool]:
     """Columns of the records that decode here, and which those were (``ok``, in order)."""
-    p = Parser(values)
-    f = _read_fields(p)
+    return ColumnarDecoder().decode(values)
+
+
+class ColumnarDecoder:
+    """``decode_columns`` read after read (one per reader): the layout matched in one read
+    is tried first on the next, as a topic's rarely changes."""
+
+    def __init__(self) -> None:
+        self.template: Template | None = None
+
+    def decode(self, values: list[bytes]) -> tuple[ChunkColumns | None, Bool]:
+        """Columns of the records that decode here, and which those were (``ok``)."""
+        p = Parser(values)
+        f, self.template = _read_fields(p, self.template)
+        return _columns(p, values, f, self)
+
+
+def _columns(
+    p: Parser, values: list[bytes], f: _Fields, decoder: ColumnarDecoder
+) -> tuple[ChunkColumns | None, Bool]:
+    """The columns of the records still ok after the invariants, or of fewer (see
+    ``_misplaced_flags``) through ``decoder`` again."""
     steps = _check_invariants(p, f)
     obs_kind = _uniform(p, f.tensors["obs"])
     act_kind = _uniform(p, f.tensors["actions"])
@@ -200,7 +221,7 @@ def decode_columns(values: list[bytes]) -> tuple[ChunkColumns | None, Bool]:
     truncated = column("truncated", np.dtype(np.bool_))
     bad = _misplaced_flags(keep, kept_steps, terminated, truncated)
     if bad.any():
-        return decode_columns_subset(values, p.ok & ~bad)
+        return decode_columns_subset(values, p.ok & ~bad, decoder)
     columns = ChunkColumns(
         run_ids=run_ids,
         worker_id=f.ints["worker_id"][keep].astype(np.int32),
@@ -223,10 +244,12 @@ def decode_columns(values: list[bytes]) -> tuple[ChunkColumns | None, Bool]:
     return columns, keep
 
 
-def decode_columns_subset(values: list[bytes], allowed: Bool) -> tuple[ChunkColumns | None, Bool]:
-    """``decode_columns`` of the allowed records only (``ok`` is over all of ``values``)."""
+def decode_columns_subset(
+    values: list[bytes], allowed: Bool, decoder: ColumnarDecoder
+) -> tuple[ChunkColumns | None, Bool]:
+    """``decoder.decode`` of the allowed records only (``ok`` is over all of ``values``)."""
     index = np.flatnonzero(allowed)
-    columns, ok = decode_columns([values[i] for i in index])
+    columns, ok = decoder.decode([values[i] for i in index])
     full = np.zeros(len(values), dtype=np.bool_)
     full[index[ok]] = True
     return columns, full

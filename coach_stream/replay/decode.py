@@ -21,7 +21,7 @@ from confluent_kafka import Message
 
 from coach_stream.codec import ChunkCodec
 from coach_stream.codec.avro import HEADER_SIZE
-from coach_stream.codec.columnar import decode_columns
+from coach_stream.codec.columnar import ColumnarDecoder
 from coach_stream.codec.columns import ChunkColumns, concat_columns, from_chunks, split_columns
 from coach_stream.codec.fastpath import V1_FINGERPRINT
 from coach_stream.core import ExperienceChunk
@@ -72,16 +72,21 @@ class ReaderStats(ReadCounts):
 
 
 def decode_records(
-    messages: list[Message], codec: ChunkCodec, stats: ReaderStats, layout: Layout | None = None
+    messages: list[Message],
+    codec: ChunkCodec,
+    stats: ReaderStats,
+    layout: Layout | None = None,
+    columnar: ColumnarDecoder | None = None,
 ) -> ChunkBatch | None:
     """One read's records (one partition's) as a ChunkBatch; None if there were none.
 
     ``layout``: the range's, from its first read of chunks (None: this read sets it, by its
     vectorized chunks, else by its first). Chunks of another layout cannot share the range's
-    columns: they are undecodable here, with the reason.
+    columns: they are undecodable here, with the reason. ``columnar``: the reader's, kept
+    from read to read (None: a new one).
     """
     values = [v or b"" for v in map(Message.value, messages)]
-    columns, ok = decode_columns(values)
+    columns, ok = (columnar or ColumnarDecoder()).decode(values)
     if columns is not None:
         found = Layout.of(columns.observations, columns.actions)
         if layout is None:
@@ -114,12 +119,22 @@ def decode_records(
     return ChunkBatch(
         concat_columns(parts),
         np.full(n, partition, dtype=np.int32),
-        np.fromiter(map(Message.offset, chosen), np.int64, n),
+        _offsets(chosen),
         np.fromiter(map(itemgetter(1), map(Message.timestamp, chosen)), np.int64, n),
         fingerprints,
         kept_values,
         bad,
     )
+
+
+def _offsets(messages: list[Message]) -> npt.NDArray[np.int64]:
+    """The records' offsets: one partition's only grow, so when the last is n - 1 past the
+    first they are every offset between (the usual read; a compacted or transactional
+    topic has gaps, and each record is asked)."""
+    first, last, n = messages[0].offset() or 0, messages[-1].offset() or 0, len(messages)
+    if last - first == n - 1:
+        return np.arange(first, last + 1, dtype=np.int64)
+    return np.fromiter(map(Message.offset, messages), np.int64, n)
 
 
 def _decode_mixed(

@@ -25,6 +25,7 @@ from typing import Self
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from coach_stream.codec import ChunkCodec, SchemaRegistry, default_registry
+from coach_stream.codec.columnar import ColumnarDecoder
 from coach_stream.core import ClosingContext
 from coach_stream.errors import ConfigError, ServiceUnavailableError
 from coach_stream.replay.batches import (
@@ -110,6 +111,7 @@ class ReplayReader(ClosingContext):
         self._consume_count = 64
         self._steps_per_record = 0  # running estimate (0: not known yet)
         self._layout: Layout | None = None  # the range's first chunk's: every batch's
+        self._columnar = ColumnarDecoder()  # keeps the Tensor layout from read to read
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -249,7 +251,7 @@ class ReplayReader(ClosingContext):
         pending: list[ChunkBatch] = []
         held = 0
         for messages in self.messages():
-            decoded = decode_records(messages, self.codec, self.stats, self._layout)
+            decoded = decode_records(messages, self.codec, self.stats, self._layout, self._columnar)
             if decoded is None:
                 continue
             if self._layout is None and len(decoded):

@@ -73,11 +73,23 @@ def test_a_read_of_undecodable_records_only_joins_a_read_of_chunks() -> None:
     assert [u.offset for u in joined.undecodable] == [0, 1]
 
 
-def _messages(chunks: list[ExperienceChunk]) -> list[Message]:
+def _messages(chunks: list[ExperienceChunk], offsets: list[int] | None = None) -> list[Message]:
+    at = offsets or list(range(len(chunks)))
     return [
-        Message(topic="t", partition=0, offset=i, value=encode_chunk(c), timestamp=(1, 100 + i))
-        for i, c in enumerate(chunks)
+        Message(topic="t", partition=0, offset=o, value=encode_chunk(c), timestamp=(1, 100 + o))
+        for o, c in zip(at, chunks, strict=True)
     ]
+
+
+@pytest.mark.parametrize("offsets", [[7, 8, 9, 10], [7, 9, 12, 13], [0, 1, 2, 40]])
+def test_each_chunk_keeps_its_records_offset_with_or_without_gaps(offsets: list[int]) -> None:
+    # a read's offsets are taken as a range when they are one (a compacted topic has gaps)
+    chunks = [make_chunk(3, seed=i) for i in range(4)]
+    batch = decode_records(
+        _messages(chunks, offsets), ChunkCodec(default_registry()), ReaderStats()
+    )
+    assert batch is not None and batch.offsets.tolist() == offsets
+    assert batch.timestamps_ms.tolist() == [100 + o for o in offsets]
 
 
 def test_a_chunk_of_another_observation_shape_is_undecodable_not_a_crash() -> None:

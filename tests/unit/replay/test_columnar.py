@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from coach_stream.codec import decode_chunk, encode_chunk
-from coach_stream.codec.columnar import decode_columns
+from coach_stream.codec.columnar import ColumnarDecoder, decode_columns
 from coach_stream.codec.columns import ChunkColumns, from_chunks, split_columns
 from coach_stream.core import ExperienceChunk
 from coach_stream.errors import DecodeError
@@ -108,6 +108,32 @@ def test_every_single_byte_corruption_is_declined_or_agrees_with_the_codec(
         assert columns is not None
         expected = from_chunks([decode_chunk(v) for v, kept in zip(read, ok, strict=True) if kept])
         _assert_equal(columns, expected)
+
+
+def test_a_decoder_keeps_its_layout_from_read_to_read_and_finds_a_new_one() -> None:
+    decoder = ColumnarDecoder()
+    flat = [make_chunk(5, seed=i, behaviour=True) for i in range(6)]
+    images = [make_chunk(3, seed=i, obs_shape=(4, 4, 2), obs_dtype="uint8") for i in range(6)]
+    reads = [
+        flat[:3],
+        flat[3:],  # the same layout: matched against the first read's record
+        [flat[0], *images[:4]],  # another: found again, the odd one parsed field by field
+        [*images[4:], flat[1]],
+    ]
+    templates = []
+    for chunks in reads:
+        values = [encode_chunk(c) for c in chunks]
+        columns, ok = decoder.decode(values)
+        templates.append(decoder.template)
+        assert columns is not None
+        kept = [decode_chunk(v) for v, k in zip(values, ok, strict=True) if k]
+        _assert_equal(columns, from_chunks(kept))
+        # the read's layout is its first chunk's: the other layout's record goes to the codec
+        assert ok.tolist() == [
+            c.observations.shape[1:] == chunks[0].observations.shape[1:] for c in chunks
+        ]
+    assert templates[1] is templates[0] and templates[2] is not templates[1]
+    assert templates[3] is templates[2]
 
 
 def test_split_keeps_each_chunks_rows() -> None:
