@@ -88,9 +88,10 @@ PATHS = (
     Row("replay", "topic_to_batches_mb_s", "replay: topic -> training batches, MB/s of records",
           "Kafka's own consumer (`kafka-consumer-perf-test`, fetch MB/s)",
           "ours decodes every record into training columns in one Python process (profiled "
-          "2026-12-07: librdkafka's consume() and its Message objects about a quarter of the "
-          "CPU, the columnar decode a half, batching and to_transitions the rest); Kafka's "
-          "tool only counts the bytes it fetched (several JVM threads)"),
+          "2026-12-07 after the Tensor headers were matched instead of parsed: librdkafka's "
+          "consume() and its Message objects a third of the CPU, the columnar decode under "
+          "half, of which the data's copies a third; to_transitions a tenth); Kafka's tool "
+          "only counts the bytes it fetched (several JVM threads)"),
 )  # fmt: skip
 
 
