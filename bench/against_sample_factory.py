@@ -20,8 +20,14 @@ Per round, alternating which goes first:
   ``KAFKA_BOOTSTRAP_SERVERS`` the loop without Kafka, said so in the line), one process of
   ``--num-envs`` envs, env steps per CPU-second.
 
-One JSON line: ours, with Sample Factory's figure as the baseline (ratio > 1: ours moves
-more env steps per CPU-second), and one line of Sample Factory's wall-clock env steps/s.
+* ours at equal processes: ``--num-workers`` processes of that ``worker`` loop at once
+  (each its own producer), started together after a warm-up; env steps per second of
+  wall time, all processes together, against Sample Factory's wall-clock rate with as
+  many rollout workers (its inference worker is one process more).
+
+JSON lines: ours, with Sample Factory's figure as the baseline (ratio > 1: ours moves
+more env steps per CPU-second); ours at equal processes against Sample Factory's
+wall-clock env steps/s; and that wall-clock rate of Sample Factory's alone.
 
 Usage: ``python bench/against_sample_factory.py [--quick] [--rounds R] [--seconds S]``.
 """
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import shutil
 import statistics
@@ -37,8 +44,10 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import jsonl
 import torch
@@ -116,6 +125,43 @@ def sample_factory(
     return result
 
 
+def _timed_worker(
+    envs: int, seconds: float, servers: str | None, topic: str, start: Any, out: Any
+) -> None:
+    """One process of ``ours_at_equal_processes``: warm, wait for the others, run."""
+    torch.set_num_threads(1)
+    threadpool_limits(limits=1, user_api="blas")
+    preset = load_preset("cartpole-ppo", [f"rollout.num_envs={envs}"])
+    settings = KafkaSettings(bootstrap_servers=servers) if servers else None
+    writer = DiscardingWriter() if settings is None else KafkaExperienceWriter(settings, topic)
+    loop = worker(preset, writer)
+    loop()
+    start.wait()
+    done, began = 0, time.perf_counter()
+    while time.perf_counter() - began < seconds:
+        done += loop()
+    out.put(done / (time.perf_counter() - began))
+    writer.close()
+
+
+def ours_at_equal_processes(
+    workers: int, envs: int, seconds: float, servers: str | None, topic: str
+) -> float:
+    """Env steps/s of wall time of ``workers`` worker processes running at once."""
+    context = multiprocessing.get_context("spawn")
+    start, out = context.Barrier(workers), context.Queue()
+    processes = [
+        context.Process(target=_timed_worker, args=(envs, seconds, servers, topic, start, out))
+        for _ in range(workers)
+    ]
+    for process in processes:
+        process.start()
+    rates = [out.get(timeout=120 + seconds) for _ in processes]
+    for process in processes:
+        process.join(30)
+    return sum(rates)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one short round: < 60 s")
@@ -145,13 +191,19 @@ def main() -> int:
         ensure_run_topics(settings, topics, 4)
         writer = KafkaExperienceWriter(settings, topics.experience)
     ours: list[float] = []
+    ours_wall: list[float] = []
     theirs: list[dict[str, float]] = []
     try:
         loop = worker(preset, writer)
         for round_ in range(rounds):
-            for side in ("ours", "sf") if round_ % 2 == 0 else ("sf", "ours"):
+            sides = ("ours", "ours_wall", "sf")
+            for side in sides if round_ % 2 == 0 else sides[::-1]:
                 if side == "ours":
                     ours.append(cpu_rate(loop, seconds / 2))
+                elif side == "ours_wall":
+                    ours_wall.append(ours_at_equal_processes(
+                        args.num_workers, args.num_envs, seconds / 2, servers, topics.experience
+                    ))  # fmt: skip
                 else:
                     theirs.append(
                         sample_factory(python, args.num_workers, args.num_envs, seconds, warm)
@@ -172,6 +224,13 @@ def main() -> int:
         baseline_spread=[round(min(per_cpu)), round(max(per_cpu))], **extra,
     )  # fmt: skip
     wall = [t["steps"] / t["wall_s"] for t in theirs]
+    jsonl.emit(
+        "sample_factory", "equal_processes_env_steps_per_s", statistics.median(ours_wall),
+        "env steps/s", "sample_factory_sampler_wall", statistics.median(wall), digits=0,
+        ratio_digits=2, rounds=rounds, kafka=settings is not None, processes=args.num_workers,
+        spread=[round(min(ours_wall)), round(max(ours_wall))],
+        baseline_spread=[round(min(wall)), round(max(wall))], **extra,
+    )  # fmt: skip
     jsonl.emit(
         "sample_factory", "sampler_env_steps_per_s", statistics.median(wall), "env steps/s",
         None, None, digits=0, cpu_s_per_s=round(statistics.median(

@@ -85,6 +85,12 @@ PATHS = (
           "ours moves more)", "not a ceiling but the reference sampler; its rollout and "
           "inference workers exchange every step between processes (not profiled here)",
           num_envs=8),
+    Row("sample_factory", "equal_processes_env_steps_per_s", "rollout workers at equal "
+          "processes: 2 of ours (8 envs each, producing to Kafka) against Sample Factory "
+          "2.1.1's sampler with 2 rollout workers (8 envs each), CartPole, env steps/s of wall "
+          "time", "Sample Factory's wall-clock env steps/s (a ratio above 1: ours moves more)",
+          "not a ceiling but the reference sampler; Sample Factory also runs an inference "
+          "worker, a third process, on the same 2 cores", num_envs=8),
     Row("replay", "topic_to_batches_mb_s", "replay: topic -> training batches, MB/s of records",
           "Kafka's own consumer (`kafka-consumer-perf-test`, fetch MB/s)",
           "ours decodes every record into training columns in one Python process (profiled "
