@@ -66,9 +66,8 @@ _CONSUME_BYTES = 32 * 1024 * 1024  # ...but not more bytes than this per call
 # against 142 with 1 (2,049), medians of 8 interleaved passes on one topic. Memory stays
 # O(batch), not O(topic): exporting 105 MiB peaked at 15 MiB traced, against 5.5 before.
 _BATCHES_PER_CONSUME = 4
-# librdkafka prefetches up to this much per consumer (a reader has two: the partition read
-# and the next one); bounded so that replaying a topic far larger than RAM keeps a flat
-# footprint (the trainer's reader allows 256 MiB).
+# librdkafka prefetches up to this much per consumer; bounded so that replaying a topic far
+# larger than RAM keeps a flat footprint (the trainer's reader allows 256 MiB).
 _PREFETCH_KB = 65_536
 # A stored range needs no long poll: with the trainer's 50 ms, the fetch still parked at the
 # broker for the partition just finished held up the next partition's first fetch by 50 ms.
@@ -108,9 +107,6 @@ class ReplayReader(ClosingContext):
         self.stats = ReaderStats()
         self.spans: list[PartitionSpan] = []
         self._consumer: Consumer | None = None
-        # the next partition's reader, fetching while this one's records are decoded: a
-        # partition's first fetch kept the reader waiting 10-35 ms, ~10 % of a pass
-        self._ahead: Consumer | None = None
         # records per consume(): small until the records' size is known, then about a batch
         self._consume_count = 64
         self._steps_per_record = 0  # running estimate (0: not known yet)
@@ -124,7 +120,16 @@ class ReplayReader(ClosingContext):
         if self._consumer is not None:
             return self
         refuse_at_once(self.settings, self.timeout)
-        consumer = self._new_consumer()
+        # a private group: the replay commits nothing and must not share a group's state
+        consumer = clients.consumer(
+            self.settings,
+            consumer_group("replay", private=True),
+            **{
+                "enable.partition.eof": True,
+                "queued.max.messages.kbytes": _PREFETCH_KB,
+                "fetch.wait.max.ms": _FETCH_WAIT_MS,
+            },
+        )
         with closed_on_failure(consumer, self.settings, self.timeout):
             self.spans = resolve_spans(
                 consumer,
@@ -135,30 +140,15 @@ class ReplayReader(ClosingContext):
                 self.settings.bootstrap_servers,
             )
         self._consumer = consumer
-        if sum(1 for span in self.spans if span.records) > 1:
-            self._ahead = self._new_consumer()
         return self
-
-    def _new_consumer(self) -> Consumer:
-        # a private group: the replay commits nothing and must not share a group's state
-        return clients.consumer(
-            self.settings,
-            consumer_group("replay", private=True),
-            **{
-                "enable.partition.eof": True,
-                "queued.max.messages.kbytes": _PREFETCH_KB,
-                "fetch.wait.max.ms": _FETCH_WAIT_MS,
-            },
-        )
 
     def __enter__(self) -> Self:
         return self.open()
 
     def close(self) -> None:
-        for consumer in (self._consumer, self._ahead):
-            if consumer is not None:
-                consumer.close()
-        self._consumer = self._ahead = None
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
 
     def _client(self) -> Consumer:
         if self._consumer is None:
@@ -174,40 +164,30 @@ class ReplayReader(ClosingContext):
 
     def messages(self) -> Iterator[list[Message]]:
         """The range's records in lists of at most ``_CONSUME``: partition by partition."""
-        spans = [span for span in self.spans if span.records]
-        readers = [self._client(), *([self._ahead] if self._ahead is not None else [])]
-        if spans:
-            readers[0].assign([TopicPartition(self.topic, spans[0].partition, spans[0].start)])
-        for i, span in enumerate(spans):
-            consumer = readers[i % len(readers)]
-            if len(readers) > 1 and i + 1 < len(spans):  # the next one fetched meanwhile
-                after = spans[i + 1]
-                readers[(i + 1) % 2].assign(
-                    [TopicPartition(self.topic, after.partition, after.start)]
-                )
-            yield from self._span_messages(consumer, span)
+        consumer = self._client()
+        for span in self.spans:
+            if span.records == 0:
+                continue
+            consumer.assign([TopicPartition(self.topic, span.partition, span.start)])
+            next_offset, last_progress = span.start, time.monotonic()
+            while next_offset < span.end:
+                # never more than the range still holds: consume() returns once it has that
+                # many, instead of waiting out its timeout for records past the range's end
+                wanted = min(self._consume_count, span.end - next_offset)
+                batch = consumer.consume(wanted, 0.05)
+                kept, next_offset = self._in_span(batch, span, next_offset)
+                if batch:
+                    last_progress = time.monotonic()
+                elif time.monotonic() - last_progress > self.timeout:
+                    raise ServiceUnavailableError(
+                        f"Reading {self.topic}[{span.partition}] stalled at offset "
+                        f"{next_offset} before {span.end} for {self.timeout:g}s; check the "
+                        f"broker at {self.settings.bootstrap_servers}."
+                    )
+                if kept:
+                    self._read(kept)
+                    yield kept
             consumer.unassign()
-
-    def _span_messages(self, consumer: Consumer, span: PartitionSpan) -> Iterator[list[Message]]:
-        """One partition's records of the range, from ``consumer`` (assigned to it)."""
-        next_offset, last_progress = span.start, time.monotonic()
-        while next_offset < span.end:
-            # never more than the range still holds: consume() returns once it has that
-            # many, instead of waiting out its timeout for records past the range's end
-            wanted = min(self._consume_count, span.end - next_offset)
-            batch = consumer.consume(wanted, 0.05)
-            kept, next_offset = self._in_span(batch, span, next_offset)
-            if batch:
-                last_progress = time.monotonic()
-            elif time.monotonic() - last_progress > self.timeout:
-                raise ServiceUnavailableError(
-                    f"Reading {self.topic}[{span.partition}] stalled at offset "
-                    f"{next_offset} before {span.end} for {self.timeout:g}s; check the "
-                    f"broker at {self.settings.bootstrap_servers}."
-                )
-            if kept:
-                self._read(kept)
-                yield kept
 
     def _in_span(
         self, batch: list[Message], span: PartitionSpan, next_offset: int
