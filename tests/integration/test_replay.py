@@ -298,6 +298,30 @@ def test_a_partition_of_garbage_only_is_counted_and_the_rest_read(settings: Kafk
         delete_run_topics(settings, topics)
 
 
+def test_partitions_are_read_one_after_the_other(settings: KafkaSettings) -> None:
+    # every record of every partition, in partition then offset order, an empty one skipped
+    topics = _new_run(settings, partitions=5)
+    try:
+        producer = Producer({"bootstrap.servers": settings.bootstrap_servers})
+        counts = {0: 7, 1: 3, 2: 0, 3: 9, 4: 4}
+        for partition, n in counts.items():
+            for i in range(n):
+                chunk = make_chunk(2, seed=10 * partition + i)
+                producer.produce(topics.experience, encode_chunk(chunk), partition=partition)
+        assert producer.flush(30) == 0
+        expected = [(p, o) for p, n in counts.items() for o in range(n)]
+        for _ in range(2):  # the same order on a second reader
+            with ReplayReader(settings, topics.experience, batch_transitions=5) as reader:
+                got = [
+                    (int(p), int(o))
+                    for batch in reader.chunk_batches()
+                    for p, o in zip(batch.partitions, batch.offsets, strict=True)
+                ]
+            assert got == expected
+    finally:
+        delete_run_topics(settings, topics)
+
+
 def test_a_partition_of_another_runs_shape_is_counted_not_a_crash(
     settings: KafkaSettings, tmp_path: Path
 ) -> None:
