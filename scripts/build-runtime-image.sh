@@ -28,6 +28,7 @@ PACKAGES=python3,python3-venv,ca-certificates,passwd
 VERSION="$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml | head -n1)"
 IMAGE="${COACH_STREAM_RUNTIME_IMAGE_NAME:-coach-stream/runtime:$VERSION}"
 VENV=/opt/coach-stream/venv
+NUMBA_CACHE=/opt/coach-stream/numba-cache
 USER_NAME=coach
 USER_ID=10001
 force=no
@@ -83,6 +84,11 @@ in_root PIP_NO_CACHE_DIR=1 "$VENV/bin/pip" install --quiet --no-index \
   || die "installing the wheels failed (above)"
 in_root "$VENV/bin/pip" uninstall --quiet -y triton >&2
 in_root useradd --create-home --uid "$USER_ID" "$USER_NAME"
+# numba's cache of the compiled act, filled now so that no task compiles it (~8 s) on its
+# first step; the image's user may write it (numba checks that a cache folder is writable).
+in_root NUMBA_CACHE_DIR="$NUMBA_CACHE" "$VENV/bin/python" -m coach_stream.policies.compiled >&2 \
+  || die "the compiled act did not compile (above)"
+in_root chown -R "$USER_ID" "$NUMBA_CACHE"
 # The check: the CLI imports, with torch and the environments, as the image's user would.
 in_root "$VENV/bin/python" -c 'import importlib.resources as r, coach_stream.cli.main, torch, gymnasium, ale_py, mujoco; assert any(p.name.endswith(".avsc") for p in r.files("coach_stream").joinpath("schemas").iterdir()), "no schemas"' >&2 \
   || die "the installed project does not import (above)"
@@ -106,6 +112,7 @@ tar --numeric-owner -C "$target" -c . | docker_cli import \
   --change "LABEL org.opencontainers.image.version=$VERSION" \
   --change "ENV PATH=$VENV/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
   --change 'ENV PYTHONDONTWRITEBYTECODE=1' \
+  --change "ENV NUMBA_CACHE_DIR=$NUMBA_CACHE" \
   --change 'ENV PYTHONUNBUFFERED=1' \
   --change 'ENV PIP_NO_CACHE_DIR=1' \
   --change "USER $USER_NAME" \

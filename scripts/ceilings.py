@@ -39,26 +39,31 @@ class Row:
 PATHS = (
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, CartPole (`cartpole-ppo`, 8 envs), "
           "env steps per CPU-second", "the bare vector env, random actions",
-          "per env step in Python: the policy's act (~50 us: the 64x64 numpy pass 24-27 us, "
-          "sampling ~20; about 40 % of the 8 envs' step), the chunker's writes and emits "
-          "(~11.5 us a step), then encoding and producing the share's chunks",
+          "per env step in Python, the act compiled since 2026-12-07 (one numba call, "
+          "22-30 us warm against 54-78 in numpy): the chunker's writes and emits (CartPole's "
+          "untrained episodes end every ~22 steps, so a third of the envs emit a chunk each "
+          "step; without Kafka 0.59), then encoding and producing them (0.04)",
           num_envs=8, preset="cartpole-ppo"),
     Row("rollout", "env_policy_steps_per_cpu_s", "env + policy only (no chunker, codec or Kafka)",
-          "the bare vector env", "the policy's act: numpy's ~1-2 us a call, about 25 calls",
+          "the bare vector env", "the compiled act's call and its arrays, run cold between "
+          "env steps (numpy's act, about 25 calls: 0.59-0.69)",
           num_envs=8, preset="cartpole-ppo"),
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, CartPole, 32 envs "
           "(`--set rollout.num_envs=32`)", "the bare vector env, random actions",
-          "the same costs, the forward pass shared by 4x the envs", num_envs=32,
+          "the chunker's emits (without Kafka 0.79), then encoding and producing", num_envs=32,
           preset="cartpole-ppo"),
     Row("rollout", "env_policy_steps_per_cpu_s", "env + policy only, 32 envs",
-          "the bare vector env", "the policy's forward pass", num_envs=32, preset="cartpole-ppo"),
+          "the bare vector env", "the compiled act: numba's loops multiply 32 rows about 3x "
+          "slower than numpy's BLAS (67 against 104 us for the numpy act)", num_envs=32,
+          preset="cartpole-ppo"),
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, LunarLander (`lunarlander-ppo`, "
           "8 envs): an env that costs more per step", "the bare vector env, random actions",
-          "the same Python per env step, now a smaller share of a Box2D step", num_envs=8,
+          "a Box2D step costs ~8x CartPole's, so the compiled act, the chunker and the "
+          "producer are a few per cent of it (0.775 with the numpy act)", num_envs=8,
           preset="lunarlander-ppo"),
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, LunarLander, 32 envs",
-          "the bare vector env, random actions", "the policy's pass and the chunker, shared "
-          "by 4x the envs", num_envs=32, preset="lunarlander-ppo"),
+          "the bare vector env, random actions", "the chunker's emits and the producer, "
+          "shared by 4x the envs", num_envs=32, preset="lunarlander-ppo"),
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, HalfCheetah (`halfcheetah-sac`, "
           "1 env), env steps per CPU-second", "the bare vector env (MuJoCo), random actions",
           "one env: every step pays the act (the 256x256 numpy pass and the squashed "

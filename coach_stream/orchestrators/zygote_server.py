@@ -147,10 +147,15 @@ def main(argv: list[str] | None = None) -> int:
         stopped = stop_zygotes(directory)
         print(f"zygotes stopped in {directory}: {' '.join(map(str, stopped)) or 'none ran'}")
         return 0
-    preload = [m for m in args.preload.split(",") if m]
     signal.signal(signal.SIGTERM, _exit_on_signal)  # unbind and remove the socket on `kill`
-    for module in preload:
-        importlib.import_module(module)
+    preload = []
+    for module in (m for m in args.preload.split(",") if m):
+        try:
+            importlib.import_module(module)
+        except Exception as error:  # e.g. numba on a platform without it: forks import it
+            print(f"coach-stream-zygote: preload of {module} failed ({error!r})", flush=True)
+        else:
+            preload.append(module)
     ZygoteServer(args.socket, preload, args.idle_s).serve()
     return 0
 

@@ -11,7 +11,10 @@ actors (the evaluator) take the arg-max and never explore. Each algorithm's buil
 
 from __future__ import annotations
 
+import functools
+import logging
 from collections.abc import Mapping
+from types import ModuleType
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 import numpy as np
@@ -32,6 +35,20 @@ from coach_stream.policies.networks import (
 from coach_stream.policies.numpy_mlp import NumpyActorCritic, NumpyMLP
 
 _HALF_LOG_STD_RANGE = np.float32(0.5 * (LOG_STD_MAX - LOG_STD_MIN))
+_log = logging.getLogger(__name__)
+
+
+@functools.cache
+def compiled_kernels() -> ModuleType | None:
+    """``policies.compiled`` (numba), or None where it cannot load: MLP policies then act
+    in numpy, which samples the same actions from the same draws, only slower."""
+    try:
+        from coach_stream.policies import compiled
+    except Exception as error:  # numba missing or unusable on this platform: still correct
+        _log.warning("acting in numpy, not compiled: numba did not load (%s)", error)
+        return None
+    return compiled
+
 
 if TYPE_CHECKING:  # type-only: a worker importing its actors does not load the trainer
     from coach_stream.trainer.dqn import DQNConfig
@@ -65,24 +82,50 @@ class _SamplingActor(Generic[Net]):
 class PPOActor(_SamplingActor[ActorCritic]):
     """Samples from the actor-critic's categorical policy (or its mode when greedy).
 
-    MLP networks act in numpy (``NumpyMLP``, refreshed at every version), CNNs in torch.
+    MLP networks sample in one compiled call (``policies.compiled``) when numba loads, else
+    in numpy (``NumpyMLP``); both from weights copied at every version and from the same
+    uniform draws, so they choose the same actions. CNNs act in torch.
     """
 
-    def __init__(self, net: ActorCritic, greedy: bool, seed: int) -> None:
+    def __init__(self, net: ActorCritic, greedy: bool, seed: int, compiled: bool = True) -> None:
         super().__init__(net, greedy, seed)
         self._rng = np.random.default_rng(seed)
         self._numpy: NumpyActorCritic | None = None  # (logits, values)
+        self._kernels = compiled_kernels() if compiled and not greedy else None
         self._rows = np.arange(0)
+
+    @property
+    def compiled(self) -> bool:
+        """Whether this actor samples in the compiled call (an MLP, numba loaded)."""
+        return self._kernels is not None and self._numpy is not None
 
     def load(self, policy: LoadedPolicy) -> None:
         super().load(policy)
         if self.net.encoder is None:
             self._numpy = NumpyActorCritic(self.net.actor, self.net.critic)
+            self._layers = tuple(self._numpy.actor.layers), tuple(self._numpy.critic.layers)
 
     def act(self, obs: npt.NDArray[np.generic]) -> Action:
-        if self._numpy is not None:
-            return self._act_numpy(obs)
-        return self._act_torch(obs)
+        if self._numpy is None:
+            return self._act_torch(obs)
+        if self._kernels is not None:
+            return self._act_compiled(obs)
+        return self._act_numpy(obs)
+
+    def _act_compiled(self, obs: npt.NDArray[np.generic]) -> Action:
+        assert self._kernels is not None and self._numpy is not None
+        n = len(obs)
+        flat = np.ascontiguousarray(obs, dtype=np.float32).reshape(n, -1)
+        if not flat.flags.writeable:  # a read-only array is another signature to compile
+            flat = flat.copy()
+        u = self._rng.random(n, dtype=np.float32)  # the numpy act's one draw per act
+        actions, log_probs = np.empty(n, np.int64), np.empty(n, np.float32)
+        values = np.empty(n, np.float32)
+        activation = self._kernels.TANH if self._numpy.actor.tanh else self._kernels.RELU
+        actor, critic = self._layers
+        outputs = actions, log_probs, values
+        self._kernels.categorical_act(flat, actor, critic, activation, u, *outputs)
+        return Action(actions=actions, log_probs=log_probs, values=values)
 
     def _act_numpy(self, obs: npt.NDArray[np.generic]) -> Action:
         assert self._numpy is not None

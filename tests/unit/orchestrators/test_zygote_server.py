@@ -118,6 +118,27 @@ def test_only_preloaded_modules_are_forked(zygote: ZygoteClient, tmp_path: Path)
     assert not log.exists()
 
 
+def test_a_module_that_does_not_import_is_left_out_and_the_zygote_serves(
+    socket_dir: Path, tmp_path: Path
+) -> None:
+    # as numba would on a platform without its wheels: the forks import what they need
+    client = ZygoteClient(("colorsys", "no_such_module_here"), directory=socket_dir, idle_s=60.0)
+    try:
+        assert client.ensure(os.environ)
+        path, log = client.socket_path(os.environ), tmp_path / "x.log"
+        request = {"module": "no_such_module_here", "args": [], "env": {}, "cwd": "/"}
+        answer = ask(path, {**request, "log": str(log)})
+        assert answer is not None and "not preloaded" in answer["error"]
+        child = client.fork("colorsys", [], os.environ, tmp_path, log)
+        assert child is not None
+        wait_until(lambda: _gone(child.pid), what="the forked module's exit")
+    finally:
+        pid = client.ping(client.socket_path(os.environ))
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)
+            wait_until(lambda: _gone(pid), what="zygote exit")
+
+
 def test_another_code_or_import_path_gets_another_zygote(socket_dir: Path) -> None:
     client = ZygoteClient(PRELOAD, directory=socket_dir)
     here = client.socket_path({})
