@@ -124,7 +124,12 @@ class PPOActor(_SamplingActor[ActorCritic]):
         activation = self._kernels.TANH if self._numpy.actor.tanh else self._kernels.RELU
         actor, critic = self._layers
         outputs = actions, log_probs, values
-        self._kernels.categorical_act(flat, actor, critic, activation, u, *outputs)
+        try:
+            self._kernels.categorical_act(flat, actor, critic, activation, u, *outputs)
+        except Exception as error:  # e.g. LLVM refusing to compile: never a restart loop
+            _log.warning("acting in numpy from now on: the compiled act failed (%s)", error)
+            self._kernels = None
+            return self._act_numpy(obs)
         return Action(actions=actions, log_probs=log_probs, values=values)
 
     def _act_numpy(self, obs: npt.NDArray[np.generic]) -> Action:

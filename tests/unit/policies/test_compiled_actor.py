@@ -91,3 +91,21 @@ def test_greedy_actors_and_a_missing_numba_act_in_numpy(monkeypatch: pytest.Monk
     without.load(LoadedPolicy(info, dict(without.net.state_dict())))
     assert not without.compiled
     assert without.act(np.zeros((3, 4), np.float32)).actions.shape == (3,)
+
+
+def test_a_compiled_act_that_fails_hands_over_to_numpy_for_good(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    fast, _ = _pair(4, 2, (8,), "tanh", sharpen=1.0)
+    calls = []
+
+    def refuse(*args: object) -> None:
+        calls.append(1)
+        raise RuntimeError("LLVM could not compile this")
+
+    broken = type("Kernels", (), {"TANH": 1, "RELU": 2, "categorical_act": staticmethod(refuse)})
+    monkeypatch.setattr(fast, "_kernels", broken)
+    obs = np.zeros((3, 4), np.float32)
+    assert fast.act(obs).actions.shape == (3,) and fast.act(obs).actions.shape == (3,)
+    assert calls == [1] and not fast.compiled
+    assert "the compiled act failed (LLVM could not compile this)" in caplog.text
