@@ -15,7 +15,7 @@ import functools
 import logging
 from collections.abc import Mapping
 from types import ModuleType
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -91,7 +91,9 @@ class PPOActor(_SamplingActor[ActorCritic]):
         super().__init__(net, greedy, seed)
         self._rng = np.random.default_rng(seed)
         self._numpy: NumpyActorCritic | None = None  # (logits, values)
-        self._kernels = compiled_kernels() if compiled and not greedy else None
+        self._use_compiled = compiled and not greedy
+        self._kernels: ModuleType | None = None  # loaded with the first MLP version
+        self._layers: tuple[tuple[Any, ...], tuple[Any, ...]] = ((), ())
         self._rows = np.arange(0)
 
     @property
@@ -104,6 +106,8 @@ class PPOActor(_SamplingActor[ActorCritic]):
         if self.net.encoder is None:
             self._numpy = NumpyActorCritic(self.net.actor, self.net.critic)
             self._layers = tuple(self._numpy.actor.layers), tuple(self._numpy.critic.layers)
+            if self._use_compiled and self._kernels is None:  # numba only where it acts
+                self._kernels = compiled_kernels()
 
     def act(self, obs: npt.NDArray[np.generic]) -> Action:
         if self._numpy is None:
@@ -128,7 +132,7 @@ class PPOActor(_SamplingActor[ActorCritic]):
             self._kernels.categorical_act(flat, actor, critic, activation, u, *outputs)
         except Exception as error:  # e.g. LLVM refusing to compile: never a restart loop
             _log.warning("acting in numpy from now on: the compiled act failed (%s)", error)
-            self._kernels = None
+            self._kernels, self._use_compiled = None, False
             return self._act_numpy(obs)
         return Action(actions=actions, log_probs=log_probs, values=values)
 
