@@ -14,8 +14,8 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --progress-bar off -e '.[dev]'
-	@echo "compiling the act (numba, ~20 s; cached beside coach_stream/policies/compiled.py)"
-	$(BIN)/python -m coach_stream.policies.compiled
+	@echo "compiling the act and the chunker's step (numba, ~30 s; cached in their __pycache__)"
+	$(BIN)/python -m coach_stream.rollout.compiled
 	touch $(STAMP)
 
 # The whole suite against real services: first against the local stack (started if it is

@@ -84,10 +84,11 @@ in_root PIP_NO_CACHE_DIR=1 "$VENV/bin/pip" install --quiet --no-index \
   || die "installing the wheels failed (above)"
 in_root "$VENV/bin/pip" uninstall --quiet -y triton >&2
 in_root useradd --create-home --uid "$USER_ID" "$USER_NAME"
-# numba's cache of the compiled act, filled now so that no task compiles it (~8 s) on its
-# first step; the image's user may write it (numba checks that a cache folder is writable).
-in_root NUMBA_CACHE_DIR="$NUMBA_CACHE" "$VENV/bin/python" -m coach_stream.policies.compiled >&2 \
-  || die "the compiled act did not compile (above)"
+# numba's cache of the compiled act and chunker step, filled now so that no task compiles
+# them (~8 s) on its first step; the image's user may write it (numba checks that a cache
+# folder is writable).
+in_root NUMBA_CACHE_DIR="$NUMBA_CACHE" "$VENV/bin/python" -m coach_stream.rollout.compiled >&2 \
+  || die "the compiled act and chunker step did not compile (above)"
 in_root chown -R "$USER_ID" "$NUMBA_CACHE"
 # The check: the CLI imports, with torch and the environments, as the image's user would.
 in_root "$VENV/bin/python" -c 'import importlib.resources as r, coach_stream.cli.main, torch, gymnasium, ale_py, mujoco; assert any(p.name.endswith(".avsc") for p in r.files("coach_stream").joinpath("schemas").iterdir()), "no schemas"' >&2 \

@@ -39,10 +39,10 @@ class Row:
 PATHS = (
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, CartPole (`cartpole-ppo`, 8 envs), "
           "env steps per CPU-second", "the bare vector env, random actions",
-          "per env step in Python, the act compiled since 2026-12-07 (one numba call, "
-          "22-30 us warm against 54-78 in numpy): the chunker's writes and emits (CartPole's "
-          "untrained episodes end every ~22 steps, so a third of the envs emit a chunk each "
-          "step; without Kafka 0.59), then encoding and producing them (0.04)",
+          "per env step in Python, the act and the chunker's step writes compiled since "
+          "2026-12-07 (numba): the chunks' emits (CartPole's untrained episodes end every "
+          "~22 steps, so a third of the envs emit a chunk each step) and the worker's own "
+          "Python per step (without Kafka 0.72), then encoding and producing (0.05)",
           num_envs=8, preset="cartpole-ppo"),
     Row("rollout", "env_policy_steps_per_cpu_s", "env + policy only (no chunker, codec or Kafka)",
           "the bare vector env", "the compiled act's call and its arrays, run cold between "
@@ -50,7 +50,8 @@ PATHS = (
           num_envs=8, preset="cartpole-ppo"),
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, CartPole, 32 envs "
           "(`--set rollout.num_envs=32`)", "the bare vector env, random actions",
-          "the chunker's emits (without Kafka 0.79), then encoding and producing", num_envs=32,
+          "the chunks' emits (without Kafka 0.68-0.83 in two runs), then encoding and "
+          "producing", num_envs=32,
           preset="cartpole-ppo"),
     Row("rollout", "env_policy_steps_per_cpu_s", "env + policy only, 32 envs",
           "the bare vector env", "the compiled act: numba's loops multiply 32 rows about 3x "

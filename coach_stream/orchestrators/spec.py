@@ -37,13 +37,14 @@ ZYGOTE_MODULES = (
     "torch.utils.serialization",
     "gymnasium.envs.classic_control",
     "coach_stream.policies.compiled",
+    "coach_stream.rollout.compiled",
 )
 """What a zygote that outlives launches imports besides: the trainer's first optimizer
 imports ``torch._dynamo`` (885 modules, ~2 s), which in a per-launch supervisor would only
 move that wait from the trainer to the supervisor, but in the zygote is paid once; and
 what every task of a CartPole-class run still imported after its fork (``torch.save``'s
 config, the classic-control envs ``gymnasium.make`` loads by name, numba for the compiled
-act, ~0.4 s)."""
+act and chunker step, ~0.4 s)."""
 
 # Rollout workers run a small network on a batch of a few observations: one thread each
 # is fastest, and N workers each spawning one thread per core only fight over the cores.

@@ -11,8 +11,8 @@ float tanh (a 13/6 rational, clamped at +-7.9, within a few ulp of libm's), beca
 vectorises it where libm's ``tanhf``, one call per unit, made the 8-row act twice as slow.
 Compiled on a process's first act, or loaded from numba's on-disk cache (``__pycache__``
 beside this file, or ``NUMBA_CACHE_DIR``): ~8 s cold, ~0.4 s cached. ``make setup`` and
-the runtime image build fill the cache (``python -m coach_stream.policies.compiled``), so
-tasks start warm.
+the runtime image build fill the cache (``python -m coach_stream.rollout.compiled``, which
+warms this module too), so tasks start warm.
 """
 
 from __future__ import annotations
