@@ -223,13 +223,23 @@ class GaussianPPOActor(_SamplingActor[GaussianActorCritic]):
 
     The mean and the value come from numpy (``NumpyActorCritic``, refreshed at every
     version), as ``PPOActor``'s do: on HalfCheetah's one env a worker's torch act cost about
-    as much CPU as the MuJoCo step itself (``bench/rollout.py``).
+    as much CPU as the MuJoCo step itself (``bench/rollout.py``). Sampling, it acts in one
+    compiled call (``policies.compiled.gaussian_act``) where numba loads, from the same
+    normal draws as the numpy act.
     """
 
-    def __init__(self, net: GaussianActorCritic, greedy: bool, seed: int) -> None:
+    def __init__(
+        self, net: GaussianActorCritic, greedy: bool, seed: int, compiled: bool = True
+    ) -> None:
         super().__init__(net, greedy, seed)
         self._rng = np.random.default_rng(seed)
+        self._kernels = compiled_kernels() if compiled and not greedy else None
         self._refresh()
+
+    @property
+    def compiled(self) -> bool:
+        """Whether this actor samples in the compiled call (numba loaded, not greedy)."""
+        return self._kernels is not None
 
     def load(self, policy: LoadedPolicy) -> None:
         super().load(policy)
@@ -238,9 +248,16 @@ class GaussianPPOActor(_SamplingActor[GaussianActorCritic]):
     def _refresh(self) -> None:
         self._numpy = NumpyActorCritic(self.net.actor_mean, self.net.critic)
         self._log_std = self.net.actor_logstd.detach().numpy().reshape(-1).copy()
+        self._layers = tuple(self._numpy.actor.layers), tuple(self._numpy.critic.layers)
 
     def act(self, obs: npt.NDArray[np.generic]) -> Action:
         n = len(obs)
+        if self._kernels is not None:
+            try:
+                return self._act_compiled(_rows_of(obs, n))
+            except Exception as error:  # e.g. LLVM refusing to compile: never a restart loop
+                _log.warning("acting in numpy from now on: the compiled act failed (%s)", error)
+                self._kernels = None
         mean, values = self._numpy(np.asarray(obs, dtype=np.float32).reshape(n, -1))
         shape = (n, *self.net.action_shape)
         if self.greedy:
@@ -255,6 +272,25 @@ class GaussianPPOActor(_SamplingActor[GaussianActorCritic]):
             values=values.copy(),
         )
 
+    def _act_compiled(self, flat: npt.NDArray[np.float32]) -> Action:
+        assert self._kernels is not None
+        n, dims = len(flat), self._log_std.size
+        noise = self._rng.standard_normal((n, dims), dtype=np.float32)  # the numpy act's draw
+        actions = np.empty((n, dims), np.float32)
+        log_probs, values = np.empty(n, np.float32), np.empty(n, np.float32)
+        activation = self._kernels.TANH if self._numpy.actor.tanh else self._kernels.RELU
+        self._kernels.gaussian_act(flat, *self._layers, activation, self._log_std, noise,
+                                   actions, log_probs, values)  # fmt: skip
+        shape = (n, *self.net.action_shape)
+        return Action(actions=actions.reshape(shape), log_probs=log_probs, values=values)
+
+
+def _rows_of(obs: npt.NDArray[np.generic], n: int) -> npt.NDArray[np.float32]:
+    """``obs`` as n contiguous, writeable float32 rows: the one array type the compiled
+    acts take (a read-only array would be another signature to compile)."""
+    flat = np.ascontiguousarray(obs, dtype=np.float32).reshape(n, -1)
+    return flat if flat.flags.writeable else flat.copy()
+
 
 class SACActor:
     """Samples SAC's squashed Gaussian (tanh of its mean when greedy): always in bounds.
@@ -266,11 +302,19 @@ class SACActor:
     """
 
     def __init__(
-        self, net: SquashedGaussianActor, greedy: bool, seed: int, uniform_steps: int = 0
+        self,
+        net: SquashedGaussianActor,
+        greedy: bool,
+        seed: int,
+        uniform_steps: int = 0,
+        compiled: bool = True,
     ) -> None:
+        """``compiled``: sample in one numba call (``squashed_gaussian_act``) where numba
+        loads, from the same normal draws as the numpy act."""
         self.net, self.greedy, self.version = net, greedy, -1
         self.uniform_steps = uniform_steps
         self._rng = np.random.default_rng(seed)
+        self._kernels = compiled_kernels() if compiled and not greedy else None
         self._trainer_env_steps = 0
         self._refresh()
 
@@ -282,8 +326,14 @@ class SACActor:
 
     def _refresh(self) -> None:
         self._numpy = NumpyMLP(self.net.torso)
+        self._layers = tuple(self._numpy.layers)
         self._scale = self.net.action_scale.numpy().copy()
         self._bias = self.net.action_bias.numpy().copy()
+
+    @property
+    def compiled(self) -> bool:
+        """Whether this actor samples in the compiled call (numba loaded, not greedy)."""
+        return self._kernels is not None
 
     def act(self, obs: npt.NDArray[np.generic]) -> Action:
         n, dims = len(obs), self._scale.size
@@ -292,6 +342,12 @@ class SACActor:
             u = self._rng.random((n, dims), dtype=np.float32)
             actions = (2 * u - 1) * self._scale + self._bias
             return Action(actions=actions.reshape(shape))
+        if self._kernels is not None:
+            try:
+                return Action(actions=self._act_compiled(_rows_of(obs, n)).reshape(shape))
+            except Exception as error:  # e.g. LLVM refusing to compile: never a restart loop
+                _log.warning("acting in numpy from now on: the compiled act failed (%s)", error)
+                self._kernels = None
         out = self._numpy(np.asarray(obs, dtype=np.float32).reshape(n, -1))
         pre_squash = out[:, :dims]  # a fresh array's view: written in place below
         if not self.greedy:
@@ -307,3 +363,13 @@ class SACActor:
         actions *= self._scale
         actions += self._bias
         return Action(actions=actions.reshape(shape))
+
+    def _act_compiled(self, flat: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        assert self._kernels is not None
+        n, dims = len(flat), self._scale.size
+        noise = self._rng.standard_normal((n, dims), dtype=np.float32)  # the numpy act's draw
+        actions = np.empty((n, dims), np.float32)
+        activation = self._kernels.TANH if self._numpy.tanh else self._kernels.RELU
+        self._kernels.squashed_gaussian_act(flat, self._layers, activation, noise, self._scale,
+                                            self._bias, actions)  # fmt: skip
+        return actions

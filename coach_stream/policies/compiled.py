@@ -26,6 +26,8 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from coach_stream.policies.networks import HALF_LOG_2PI, LOG_STD_MAX, LOG_STD_MIN
+
 Layers = tuple[tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]], ...]
 """An MLP's (weight (inputs, outputs), bias) pairs, as ``NumpyMLP.layers``."""
 
@@ -40,6 +42,9 @@ _Q0, _Q1, _Q2, _Q3 = (np.float32(c) for c in (
     1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03,
 ))  # fmt: skip
 _ZERO = np.float32(0.0)
+_HALF_LOG_2PI = np.float32(HALF_LOG_2PI)
+_LOG_STD_MIN = np.float32(LOG_STD_MIN)
+_HALF_LOG_STD_RANGE = np.float32(0.5 * (LOG_STD_MAX - LOG_STD_MIN))
 
 
 @numba.njit(fastmath=True, error_model="numpy", inline="always", cache=True)
@@ -148,15 +153,53 @@ def categorical_act(
         values[i] = v[i, 0]
 
 
+@numba.njit(fastmath=True, error_model="numpy", cache=True)
+def gaussian_act(
+    obs: Any, actor: Any, critic: Any, activation: int, log_std: Any, noise: Any,
+    actions: Any, log_probs: Any, values: Any,
+) -> None:  # fmt: skip
+    """PPO's diagonal Gaussian: each row's action ``mean + exp(log_std) * noise``, its
+    log-density (the standardised sample is the noise itself) and the critic's value."""
+    mean = _mlp(obs, actor, activation)
+    v = _mlp(obs, critic, activation)
+    for i in range(mean.shape[0]):
+        total = _ZERO
+        for d in range(mean.shape[1]):
+            actions[i, d] = mean[i, d] + np.exp(log_std[d]) * noise[i, d]
+            total += np.float32(-0.5) * noise[i, d] * noise[i, d] - log_std[d]
+        log_probs[i] = total - mean.shape[1] * _HALF_LOG_2PI
+        values[i] = v[i, 0]
+
+
+@numba.njit(fastmath=True, error_model="numpy", cache=True)
+def squashed_gaussian_act(
+    obs: Any, torso: Any, activation: int, noise: Any, scale: Any, bias: Any, actions: Any
+) -> None:
+    """SAC's squashed Gaussian: ``tanh(mean + std * noise) * scale + bias``, the torso's
+    outputs being the means then the log-stds' pre-images (``std = exp(LOG_STD_MIN + half
+    range * (tanh(x) + 1))``, as ``SquashedGaussianActor.sample``)."""
+    out = _mlp(obs, torso, activation)
+    dims = scale.shape[0]
+    for i in range(out.shape[0]):
+        for d in range(dims):
+            log_std = _LOG_STD_MIN + _HALF_LOG_STD_RANGE * (_tanh(out[i, dims + d]) + 1)
+            squashed = _tanh(out[i, d] + np.exp(log_std) * noise[i, d])
+            actions[i, d] = squashed * scale[d] + bias[d]
+
+
 def warm_up() -> None:
-    """Compile (or load) ``categorical_act`` for float32 MLPs of 1 to 4 layers, filling
-    numba's cache so that no task compiles on its first step."""
+    """Compile (or load) each act for float32 MLPs of 1 to 4 layers, filling numba's cache
+    so that no task compiles on its first step."""
     for depth in range(1, 5):
         layer = np.zeros((2, 2), np.float32), np.zeros(2, np.float32)
         layers = (layer,) * depth
         out = np.empty(1, np.int64), np.empty(1, np.float32), np.empty(1, np.float32)
         obs, u = np.zeros((1, 2), np.float32), np.zeros(1, np.float32)
         categorical_act(obs, layers, layers, TANH, u, *out)
+        sample, one = np.empty((1, 2), np.float32), np.zeros(2, np.float32)
+        gaussian_act(obs, layers, layers, TANH, one, sample.copy(), sample, *out[1:])
+        squashed = np.empty((1, 1), np.float32)
+        squashed_gaussian_act(obs, layers, RELU, squashed.copy(), one[:1], one[:1], squashed)
 
 
 if __name__ == "__main__":
