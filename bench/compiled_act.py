@@ -4,8 +4,10 @@
 env (``env_policy`` kept 0.6-0.8 of the bare env). ``policies/compiled.py`` does a
 categorical actor-critic's whole act (both MLPs, the softmax, the draw, the
 log-probability) in one numba call; ``PPOActor(compiled=False)`` does it in ~25 numpy
-calls. One process, the preset's vector env and an untrained version (as ``bench/
-rollout.py``), loops timed in CPU-seconds and alternated between rounds, medians kept:
+calls. PPO's diagonal Gaussian (``GaussianPPOActor``) and SAC's squashed Gaussian
+(``SACActor``) have their compiled acts too, measured the same way. One process, the
+preset's vector env and an untrained version (as ``bench/rollout.py``), loops timed in
+CPU-seconds and alternated between rounds, medians kept:
 
 * ``act_us_compiled`` against ``act_us_numpy``: one act on the vector env's observations,
   in microseconds (ratio below 1: the compiled act is faster), measured warm, in a loop;
@@ -14,11 +16,14 @@ rollout.py``), loops timed in CPU-seconds and alternated between rounds, medians
   ceiling ``bench/rollout.py`` uses). Between env steps the act runs cold, which costs the
   numpy act's many calls more than the one compiled call.
 
-Both acts draw the same uniforms; ``max_log_prob_diff`` is the largest difference between
-their log-probabilities on the same observations and draws (float32 rounding).
+Both acts draw the same uniforms (or normals); ``max_log_prob_diff`` and
+``max_action_diff`` are the largest differences between their log-probabilities and
+actions on the same observations and draws (float32 rounding; a categorical draw on a
+CDF edge could round apart, and its log-probability is left out).
 
 Usage: ``python bench/compiled_act.py [--quick] [--preset cartpole-ppo] [--set K=V]``
-(categorical MLP presets: cartpole-ppo, cartpole-impala, lunarlander-ppo, acrobot-ppo).
+(MLP presets: cartpole-ppo, cartpole-impala, lunarlander-ppo, acrobot-ppo,
+halfcheetah-ppo, halfcheetah-sac, pendulum-ppo, ...).
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from threadpoolctl import threadpool_limits
 
 from coach_stream.config import Preset, load_preset
 from coach_stream.errors import ConfigError
-from coach_stream.policies.actors import PPOActor
+from coach_stream.policies.actors import GaussianPPOActor, PPOActor, SACActor
 
 
 def policy_loop(envs: Any, first_obs: Any, act: Any) -> Loop:
@@ -62,28 +67,41 @@ def act_loop(act: Any, obs: Any) -> Loop:
     return step
 
 
-def log_prob_diff(fast: PPOActor, slow: PPOActor, obs: Any) -> float:
-    """Largest |log-prob difference| of the two acts from the same draws."""
-    state = fast._rng.bit_generator.state
-    slow._rng.bit_generator.state = state
+def differences(fast: Any, slow: Any, obs: Any) -> dict[str, Any]:
+    """Largest |log-prob| and |action| differences of the two acts from the same draws."""
+    slow._rng.bit_generator.state = fast._rng.bit_generator.state
     got, want = fast.act(obs), slow.act(obs)
-    same = got.actions == want.actions  # a draw on a CDF edge could round apart
-    assert got.log_probs is not None and want.log_probs is not None
-    return float(np.abs(got.log_probs - want.log_probs)[same].max(initial=0.0))
+    if got.actions.dtype.kind == "i":
+        same = got.actions == want.actions  # a draw on a CDF edge could round apart
+        out: dict[str, Any] = {"max_action_diff": float((~same).sum())}
+    else:
+        same = np.ones(len(obs), bool)
+        out = {"max_action_diff": float(np.abs(got.actions - want.actions).max())}
+    if got.log_probs is not None and want.log_probs is not None:
+        gap = np.abs(got.log_probs - want.log_probs)[same].max(initial=0.0)
+        out["max_log_prob_diff"] = float(gap)
+    return out
 
 
-def acting_pair(preset: Preset) -> tuple[Any, PPOActor, PPOActor]:
+def acting_pair(preset: Preset) -> tuple[Any, Any, Any]:
     """The bench worker (its envs, first observations, compiled actor) and a numpy twin."""
     worker = bench_worker(preset, DiscardingWriter())
     worker.start()
     fast = worker.actor
-    if not isinstance(fast, PPOActor) or not fast.compiled:
+    if not getattr(fast, "compiled", False):
         raise ConfigError(
-            f"{preset.name} does not act with a compiled categorical MLP; pick cartpole-ppo, "
-            "cartpole-impala, lunarlander-ppo or acrobot-ppo."
+            f"{preset.name} does not act with a compiled MLP policy; pick cartpole-ppo, "
+            "lunarlander-ppo, halfcheetah-ppo or halfcheetah-sac."
         )
-    slow = PPOActor(fast.net, greedy=False, seed=0, compiled=False)
-    slow._numpy = fast._numpy  # the same weights, acted in numpy
+    if isinstance(fast, PPOActor):
+        slow: Any = PPOActor(fast.net, greedy=False, seed=0, compiled=False)
+        slow._numpy = fast._numpy  # the same weights, acted in numpy
+    elif isinstance(fast, GaussianPPOActor):
+        slow = GaussianPPOActor(fast.net, greedy=False, seed=0, compiled=False)
+    else:
+        assert isinstance(fast, SACActor)
+        slow = SACActor(fast.net, False, 0, fast.uniform_steps, compiled=False)
+        slow._trainer_env_steps = fast._trainer_env_steps  # past the uniform warm-up too
     return worker, fast, slow
 
 
@@ -95,7 +113,7 @@ def measure(preset: Preset, seconds: float, rounds: int) -> None:
     numpy_us, compiled_us = (1e6 / statistics.median(acts[k]) for k in ("numpy", "compiled"))
     common = {"preset": preset.name, "num_envs": envs.num_envs, "rounds": rounds}
     jsonl.emit("compiled_act", "act_us_compiled", compiled_us, "us", "act_us_numpy", numpy_us,
-               max_log_prob_diff=log_prob_diff(fast, slow, obs), **common)  # fmt: skip
+               **differences(fast, slow, obs), **common)  # fmt: skip
     loops = {"bare_env": bare_env(preset), "env_policy_numpy": policy_loop(envs, obs, slow.act),
              "env_policy_compiled": policy_loop(envs, obs, fast.act)}  # fmt: skip
     rates = interleaved(loops, seconds, rounds)
