@@ -43,6 +43,7 @@ from threadpoolctl import threadpool_limits
 from coach_stream.config import Preset, load_preset
 from coach_stream.errors import ConfigError
 from coach_stream.policies.actors import GaussianPPOActor, PPOActor, SACActor
+from coach_stream.policies.normalization import NormalizingActor
 
 
 def policy_loop(envs: Any, first_obs: Any, act: Any) -> Loop:
@@ -69,7 +70,8 @@ def act_loop(act: Any, obs: Any) -> Loop:
 
 def differences(fast: Any, slow: Any, obs: Any) -> dict[str, Any]:
     """Largest |log-prob| and |action| differences of the two acts from the same draws."""
-    slow._rng.bit_generator.state = fast._rng.bit_generator.state
+    inner = getattr(slow, "inner", slow)  # a NormalizingActor's actor draws
+    inner._rng.bit_generator.state = getattr(fast, "inner", fast)._rng.bit_generator.state
     got, want = fast.act(obs), slow.act(obs)
     if got.actions.dtype.kind == "i":
         same = got.actions == want.actions  # a draw on a CDF edge could round apart
@@ -84,10 +86,11 @@ def differences(fast: Any, slow: Any, obs: Any) -> dict[str, Any]:
 
 
 def acting_pair(preset: Preset) -> tuple[Any, Any, Any]:
-    """The bench worker (its envs, first observations, compiled actor) and a numpy twin."""
+    """The bench worker (its envs, first observations, compiled actor) and a numpy twin
+    (seeing observations through the same statistics where the preset normalises)."""
     worker = bench_worker(preset, DiscardingWriter())
     worker.start()
-    fast = worker.actor
+    fast = getattr(worker.actor, "inner", worker.actor)
     if not getattr(fast, "compiled", False):
         raise ConfigError(
             f"{preset.name} does not act with a compiled MLP policy; pick cartpole-ppo, "
@@ -102,7 +105,10 @@ def acting_pair(preset: Preset) -> tuple[Any, Any, Any]:
         assert isinstance(fast, SACActor)
         slow = SACActor(fast.net, False, 0, fast.uniform_steps, compiled=False)
         slow._trainer_env_steps = fast._trainer_env_steps  # past the uniform warm-up too
-    return worker, fast, slow
+    if isinstance(worker.actor, NormalizingActor):
+        slow = NormalizingActor(slow)
+        slow.statistics, slow.version = worker.actor.statistics, worker.actor.version
+    return worker, worker.actor, slow
 
 
 def measure(preset: Preset, seconds: float, rounds: int) -> None:

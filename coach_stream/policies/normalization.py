@@ -17,6 +17,7 @@ In a policy's state_dict the snapshot sits beside the network's weights, under
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -93,13 +94,21 @@ class Statistics:
 
     def observations(self, obs: npt.NDArray[np.generic]) -> npt.NDArray[np.generic]:
         """Standardised and clipped observations (float32); unchanged when not normalised."""
-        if self.obs_mean is None or self.obs_var is None:
+        if self.obs_mean is None or self.obs_std is None:
             return obs
-        scaled = (np.asarray(obs, np.float64) - self.obs_mean) / np.sqrt(
-            self.obs_var + self.epsilon
-        )
+        # in place, and clipped by the two ufuncs np.clip calls (its Python wrapper costs
+        # more than their work on one env's observation, and this runs every env step)
+        scaled = np.asarray(obs, np.float64) - self.obs_mean
+        scaled /= self.obs_std
         clip = self.clip_observations
-        return np.clip(scaled, -clip, clip).astype(np.float32)
+        np.maximum(scaled, -clip, out=scaled)
+        np.minimum(scaled, clip, out=scaled)
+        return scaled.astype(np.float32)
+
+    @functools.cached_property
+    def obs_std(self) -> npt.NDArray[np.float64] | None:
+        """sqrt(obs_var + epsilon), the observations' divisor: once per version."""
+        return None if self.obs_var is None else np.sqrt(self.obs_var + self.epsilon)
 
     def rewards(self, rewards: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """Rewards divided by the discounted return's standard deviation, clipped."""
