@@ -42,7 +42,8 @@ PATHS = (
           "per env step in Python, the act and the chunker's step writes compiled since "
           "2026-12-07 (numba): the chunks' emits (CartPole's untrained episodes end every "
           "~22 steps, so a third of the envs emit a chunk each step) and the worker's own "
-          "Python per step (without Kafka 0.72), then encoding and producing (0.05)",
+          "Python per step, then encoding and producing. Four full runs on 2026-12-07 read "
+          "0.547-0.672: the machine's slow phases move this row more than the changes did",
           num_envs=8, preset="cartpole-ppo"),
     Row("rollout", "env_policy_steps_per_cpu_s", "env + policy only (no chunker, codec or Kafka)",
           "the bare vector env", "the compiled act's call and its arrays, run cold between "
@@ -50,12 +51,14 @@ PATHS = (
           num_envs=8, preset="cartpole-ppo"),
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, CartPole, 32 envs "
           "(`--set rollout.num_envs=32`)", "the bare vector env, random actions",
-          "the chunks' emits (without Kafka 0.68-0.83 in two runs), then encoding and "
-          "producing", num_envs=32,
+          "the chunks' emits (about 74 us of a ~660 us vector step, measured), then "
+          "encoding and producing. Five full runs on 2026-12-07 read 0.543-0.755",
+          num_envs=32,
           preset="cartpole-ppo"),
     Row("rollout", "env_policy_steps_per_cpu_s", "env + policy only, 32 envs",
-          "the bare vector env", "the compiled act: numba's loops multiply 32 rows about 3x "
-          "slower than numpy's BLAS (67 against 104 us for the numpy act)", num_envs=32,
+          "the bare vector env", "the compiled act, 45 us on 32 rows against 110 for the "
+          "numpy act (its 64x64 layers vectorised over outputs, two rows at a time)",
+          num_envs=32,
           preset="cartpole-ppo"),
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, LunarLander (`lunarlander-ppo`, "
           "8 envs): an env that costs more per step", "the bare vector env, random actions",
@@ -67,18 +70,20 @@ PATHS = (
           "shared by 4x the envs", num_envs=32, preset="lunarlander-ppo"),
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, HalfCheetah (`halfcheetah-sac`, "
           "1 env), env steps per CPU-second", "the bare vector env (MuJoCo), random actions",
-          "one env: every step pays the act (the 256x256 numpy pass and the squashed "
-          "Gaussian's sampling, 34 us warm, about twice that between MuJoCo steps) and the "
-          "chunker's row writes (~10 us) alone", num_envs=1, preset="halfcheetah-sac"),
+          "one env: every step pays the act (compiled since 2026-12-07 afternoon: 18 us "
+          "warm against the numpy act's 41) and the chunker's step writes with their Python "
+          "(without Kafka 0.72), then encoding and producing", num_envs=1,
+          preset="halfcheetah-sac"),
     Row("rollout", "env_policy_steps_per_cpu_s", "env + policy only, HalfCheetah SAC",
-          "the bare vector env", "the squashed Gaussian's 256x256 numpy pass (measured with "
-          "the network acting since 2026-12-06 evening; earlier lines drew the uniform "
-          "warm-up actions)", num_envs=1, preset="halfcheetah-sac"),
+          "the bare vector env", "the squashed Gaussian's 256x256 pass, compiled since "
+          "2026-12-07 afternoon (0.65-0.66 in numpy), and its Python around it, cold between "
+          "MuJoCo steps", num_envs=1, preset="halfcheetah-sac"),
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, HalfCheetah PPO "
           "(`halfcheetah-ppo`, 1 env, normalised observations)", "the bare vector env (MuJoCo)",
-          "the act (36 us alone: two 256x256 numpy passes, the statistics' standardising, "
-          "sampling) and its own actions: MuJoCo steps the policy's narrow Gaussian (std "
-          "0.135) in 64 us against 55 for the ceiling's uniform actions (more contacts)",
+          "the act (compiled since 2026-12-07 afternoon: two 256x256 passes and the "
+          "sampling in one call; the statistics' standardising in numpy) and its own "
+          "actions: MuJoCo steps the policy's narrow Gaussian (std 0.135) in 64 us against "
+          "55 for the ceiling's uniform actions (more contacts)",
           num_envs=1, preset="halfcheetah-ppo"),
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, Pong (`pong-ppo`, 8 envs), "
           "env steps per CPU-second", "the bare vector env (ALE, 84x84x4 frames), random "

@@ -30,30 +30,26 @@ def _policy(net: torch.nn.Module) -> LoadedPolicy:
     return LoadedPolicy(INFO, {k: v.clone() for k, v in net.state_dict().items()})
 
 
-def _ppo_pair(dims: int, hidden: tuple[int, ...], activation: str) -> list[GaussianPPOActor]:
-    torch.manual_seed(dims + len(hidden))
-    config = NetworkConfig(hidden_sizes=hidden, activation=activation, log_std_init=-0.7)
-    policy = _policy(GaussianActorCritic(_shape(5, dims), config))
+def _pair(actor_type: Any, net_type: Any, dims: int, config: NetworkConfig) -> list[Any]:
+    """A compiled actor and its numpy twin, holding the same policy version."""
+    torch.manual_seed(dims + len(config.hidden_sizes))
+    policy = _policy(net_type(_shape(5, dims), config))
     pair = []
     for compiled in (True, False):
-        actor = GaussianPPOActor(GaussianActorCritic(_shape(5, dims), config), False, 7,
-                                 compiled=compiled)  # fmt: skip
+        actor = actor_type(net_type(_shape(5, dims), config), False, 7, compiled=compiled)
         actor.load(policy)
         pair.append(actor)
     return pair
+
+
+def _ppo_pair(dims: int, hidden: tuple[int, ...], activation: str) -> list[GaussianPPOActor]:
+    config = NetworkConfig(hidden_sizes=hidden, activation=activation, log_std_init=-0.7)
+    return _pair(GaussianPPOActor, GaussianActorCritic, dims, config)
 
 
 def _sac_pair(dims: int, hidden: tuple[int, ...], activation: str) -> list[SACActor]:
-    torch.manual_seed(dims + len(hidden))
     config = NetworkConfig(hidden_sizes=hidden, activation=activation)
-    policy = _policy(SquashedGaussianActor(_shape(5, dims), config))
-    pair = []
-    for compiled in (True, False):
-        actor = SACActor(SquashedGaussianActor(_shape(5, dims), config), False, 7,
-                         compiled=compiled)  # fmt: skip
-        actor.load(policy)
-        pair.append(actor)
-    return pair
+    return _pair(SACActor, SquashedGaussianActor, dims, config)
 
 
 def _obs(rows: int) -> Any:
