@@ -10,8 +10,8 @@ loaded 2-core CI machine's other work does. Prints one line per run and then one
 ``passed/runs`` with the slowest duration seen and how many runs skipped it (a skip is
 not a pass: with ``COACH_STREAM_REQUIRE_SERVICES=1``, as CI sets, a service that could not
 start fails instead). ``--out FILE`` also appends the per-test lines as JSON, and
-``FILE.runs.jsonl`` gets each run's outcomes as the run ends. Exit 1 when any test failed
-or was skipped in any run.
+``FILE`` with its suffix replaced by ``.runs.jsonl`` gets each run's outcomes as the run
+ends. Exit 1 when any test failed or was skipped in any run.
 """
 
 from __future__ import annotations
