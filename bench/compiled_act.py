@@ -91,6 +91,10 @@ def acting_pair(preset: Preset) -> tuple[Any, Any, Any]:
     worker = bench_worker(preset, DiscardingWriter())
     worker.start()
     fast = getattr(worker.actor, "inner", worker.actor)
+    if isinstance(fast, SACActor):  # compiled only on request (SACActor's docstring)
+        uniform, steps = fast.uniform_steps, fast._trainer_env_steps
+        fast = SACActor(fast.net, False, 0, uniform, compiled=True)
+        fast._trainer_env_steps = steps
     if not getattr(fast, "compiled", False):
         raise ConfigError(
             f"{preset.name} does not act with a compiled MLP policy; pick cartpole-ppo, "
@@ -108,7 +112,8 @@ def acting_pair(preset: Preset) -> tuple[Any, Any, Any]:
     if isinstance(worker.actor, NormalizingActor):
         slow = NormalizingActor(slow)
         slow.statistics, slow.version = worker.actor.statistics, worker.actor.version
-    return worker, worker.actor, slow
+        return worker, worker.actor, slow
+    return worker, fast, slow
 
 
 def measure(preset: Preset, seconds: float, rounds: int) -> None:

@@ -70,14 +70,14 @@ PATHS = (
           "shared by 4x the envs", num_envs=32, preset="lunarlander-ppo"),
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, HalfCheetah (`halfcheetah-sac`, "
           "1 env), env steps per CPU-second", "the bare vector env (MuJoCo), random actions",
-          "one env: every step pays the act (compiled since 2026-12-07 afternoon: 18 us "
-          "warm against the numpy act's 41) and the chunker's step writes with their Python "
-          "(without Kafka 0.72), then encoding and producing", num_envs=1,
-          preset="halfcheetah-sac"),
+          "one env: every step pays the act (the 256x256 numpy pass and the squashed "
+          "Gaussian's sampling, 34 us warm, about twice that between MuJoCo steps; a "
+          "compiled act exists but is off, docs/performance.md) and the chunker's row "
+          "writes (~10 us) alone", num_envs=1, preset="halfcheetah-sac"),
     Row("rollout", "env_policy_steps_per_cpu_s", "env + policy only, HalfCheetah SAC",
-          "the bare vector env", "the squashed Gaussian's 256x256 pass, compiled since "
-          "2026-12-07 afternoon (0.65-0.66 in numpy), and its Python around it, cold between "
-          "MuJoCo steps", num_envs=1, preset="halfcheetah-sac"),
+          "the bare vector env", "the squashed Gaussian's 256x256 numpy pass (measured with "
+          "the network acting since 2026-12-06 evening; earlier lines drew the uniform "
+          "warm-up actions)", num_envs=1, preset="halfcheetah-sac"),
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, HalfCheetah PPO "
           "(`halfcheetah-ppo`, 1 env, normalised observations)", "the bare vector env (MuJoCo)",
           "the act (compiled since 2026-12-07 afternoon: two 256x256 passes and the "
