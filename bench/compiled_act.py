@@ -16,10 +16,11 @@ CPU-seconds and alternated between rounds, medians kept:
   ceiling ``bench/rollout.py`` uses). Between env steps the act runs cold, which costs the
   numpy act's many calls more than the one compiled call.
 
-Both acts draw the same uniforms (or normals); ``max_log_prob_diff`` and
-``max_action_diff`` are the largest differences between their log-probabilities and
-actions on the same observations and draws (float32 rounding; a categorical draw on a
-CDF edge could round apart, and its log-probability is left out).
+Both acts draw the same uniforms (or normals); on the same observations and draws,
+``max_log_prob_diff`` is the largest difference between their log-probabilities and
+``max_action_diff`` between their continuous actions, or how many discrete actions differ
+(float32 rounding: a categorical draw on a CDF edge could round apart, and its
+log-probability is left out).
 
 Usage: ``python bench/compiled_act.py [--quick] [--preset cartpole-ppo] [--set K=V]``
 (MLP presets: cartpole-ppo, cartpole-impala, lunarlander-ppo, acrobot-ppo,
