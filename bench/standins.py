@@ -11,7 +11,13 @@ import torch
 
 from coach_stream.algorithms import builder_for
 from coach_stream.config import Preset
-from coach_stream.core import ExperienceChunk, LoadedPolicy, PolicyVersion, RunFinished
+from coach_stream.core import (
+    EncodedChunk,
+    ExperienceChunk,
+    LoadedPolicy,
+    PolicyVersion,
+    RunFinished,
+)
 from coach_stream.envs import SeedRole, env_seeds, env_shape, make_vector_env, process_seed
 from coach_stream.events import EventList
 from coach_stream.rollout.worker import RolloutWorker
@@ -21,6 +27,9 @@ class DiscardingWriter:
     """The same ``ExperienceWriter`` calls, no transport: the loop's cost without producing."""
 
     def write(self, chunk: ExperienceChunk) -> None:
+        pass
+
+    def write_encoded(self, record: EncodedChunk) -> None:
         pass
 
     def flush(self, timeout: float | None = None) -> None:

@@ -114,6 +114,18 @@ class ExperienceChunk:
         return True
 
 
+@dataclass(frozen=True, slots=True)
+class EncodedChunk:
+    """An ``ExperienceChunk`` already in its wire form (the bytes ``codec.encode_chunk``
+    makes of it), with what the writer and the worker need of it: a rollout worker's chunker
+    writes these straight from its columns (``codec.compiled``)."""
+
+    key: str  # ExperienceChunk.key: "<worker_id>/<env_index>"
+    chunk_seq: int
+    value: bytes
+    episode_return: float | None = None  # set on the chunk that ends an episode
+
+
 @dataclass(frozen=True)
 class PolicyVersion:
     """Announced on the control topic once the checkpoint at ``uri`` is stored and verified."""
@@ -259,6 +271,9 @@ class ExperienceWriter(_Closeable, Protocol):
 
     def write(self, chunk: ExperienceChunk) -> None:
         """Queue one chunk; delivery errors surface on a later call or on flush, never lost."""
+
+    def write_encoded(self, record: EncodedChunk) -> None:
+        """Queue one chunk already encoded (as ``write``, without encoding it again)."""
 
     def flush(self, timeout: float | None = None) -> None:
         """Block until every queued chunk is acknowledged (or raise)."""

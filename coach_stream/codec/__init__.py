@@ -25,6 +25,7 @@ __all__ = [
     "SchemaVersion",
     "SingleObjectCodec",
     "check_chunk",
+    "chunk_schema",
     "decode_chunk",
     "decode_control",
     "default_registry",
@@ -48,6 +49,11 @@ def _chunk_codec() -> ChunkCodec:
 @functools.cache
 def _control_codec() -> ControlCodec:
     return ControlCodec(default_registry())
+
+
+def chunk_schema() -> SchemaVersion:
+    """The ExperienceChunk schema ``encode_chunk`` writes (the newest registered)."""
+    return _chunk_codec().schema
 
 
 def encode_chunk(chunk: ExperienceChunk) -> bytes:

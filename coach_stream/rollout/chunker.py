@@ -25,15 +25,32 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
-from coach_stream.core import Action, ExperienceChunk
-from coach_stream.errors import ConfigError
+from coach_stream.codec import encode_chunk
+from coach_stream.core import Action, EncodedChunk, ExperienceChunk
+from coach_stream.errors import ConfigError, EncodeError
+
+if TYPE_CHECKING:
+    from coach_stream.codec.compiled import RecordWriter
 
 _log = logging.getLogger(__name__)
+
+
+@functools.cache
+def close_chunks_kernel() -> Callable[..., tuple[Any, ...]] | None:
+    """``rollout.compiled.close_chunks`` where numba loads and the codec writes v1 records
+    (the layout ``codec.compiled`` writes); None: chunks are emitted, then encoded."""
+    try:
+        from coach_stream.codec import chunk_schema
+        from coach_stream.codec.fastpath import V1_FINGERPRINT
+        from coach_stream.rollout.compiled import close_chunks
+    except Exception:  # record_step_kernel has said why, once
+        return None
+    return close_chunks if chunk_schema().fingerprint == V1_FINGERPRINT else None
 
 
 @functools.cache
@@ -97,8 +114,31 @@ class Chunker:
         self._byte_rows = tuple(
             c.view(np.uint8).reshape(n * t, -1) if i < 2 else c for i, c in enumerate(self._flat)
         )
-        self._done = np.zeros(n, dtype=np.bool_)
+        self._done, self._no_done = np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_)
         self._no_behaviour = np.zeros(n, dtype=np.float32)
+        self._keys = [f"{worker_id}/{i}" for i in range(n)]
+        self._records = self._record_writer(obs_shape, action_shape) if compiled else None
+
+    def _record_writer(
+        self, obs_shape: tuple[int, ...], action_shape: tuple[int, ...]
+    ) -> RecordWriter | None:
+        """The compiled records' writer for these columns, or None (emit, then encode)."""
+        if self._record is None or close_chunks_kernel() is None:
+            return None
+        from coach_stream.codec.compiled import ColumnLayout, RecordWriter
+
+        shapes = (obs_shape, action_shape) + ((),) * 5
+        fields = ("observations", "actions", "rewards", "terminated", "truncated",
+                  "log_probs", "values")  # fmt: skip
+        try:
+            layouts = tuple(
+                ColumnLayout.of(column.dtype, shape, field)
+                for column, shape, field in zip(self._flat, shapes, fields, strict=True)
+            )
+        except EncodeError:  # a dtype the wire does not carry: encode_chunk says so, later
+            return None
+        self._wire_rows = tuple(c.view(np.uint8).reshape(c.shape[0], -1) for c in self._flat)
+        return RecordWriter(self.run_id, layouts)
 
     @property
     def last_obs(self) -> npt.NDArray[Any]:
@@ -223,6 +263,76 @@ class Chunker:
         self._steps_to_full = self.chunk_steps
         return chunks
 
+    def add_encoded(
+        self,
+        action: Action,
+        rewards: npt.NDArray[Any],
+        terminated: npt.NDArray[Any],
+        truncated: npt.NDArray[Any],
+        next_obs: npt.NDArray[Any],
+        infos: dict[str, Any],
+    ) -> list[EncodedChunk]:
+        """``add``, the finished chunks handed back encoded (``codec.encode_chunk``'s bytes):
+        where numba loads, written straight from the columns (``codec.compiled``)."""
+        if self._records is None:
+            return [_encoded(chunk) for chunk in self.add(
+                action, rewards, terminated, truncated, next_obs, infos)]  # fmt: skip
+        done, any_done, full = self._record_compiled(action, rewards, terminated, truncated)
+        self._last_obs = next_obs = np.asarray(next_obs)
+        if not any_done and not full:
+            return []
+        ready = done | (self._at >= self._row_end) if full else done
+        final_obs = _final_observations(done, infos) if any_done else None
+        records = self._close(ready, done, next_obs, final_obs)
+        self._steps_to_full = int((self._row_end - self._at).min())
+        return records
+
+    def flush_encoded(self) -> list[EncodedChunk]:
+        """``flush``, the chunks handed back encoded (as ``add_encoded``)."""
+        if self._records is None:
+            return [_encoded(chunk) for chunk in self.flush()]
+        ready = self._at > self._row0
+        records = self._close(ready, self._no_done, self._started(), None) if ready.any() else []
+        self._steps_to_full = self.chunk_steps
+        return records
+
+    def _close(
+        self,
+        ready: npt.NDArray[np.bool_],
+        done: npt.NDArray[np.bool_],
+        next_obs: npt.NDArray[Any],
+        final_obs: npt.NDArray[Any] | None,
+    ) -> list[EncodedChunk]:
+        """The ready envs' chunks as records, in two compiled calls: close them (metadata,
+        and each env moved on to its next chunk), then write their bytes."""
+        assert self._records is not None
+        envs, meta, starts, rows, ended, returns = close_chunks_kernel()(  # type: ignore[misc]
+            ready, done, self._at, self._row0, self._chunk_seq, self._chunk_start,
+            self._episode_return, self.worker_id, self.version,
+        )  # fmt: skip
+        # the bootstrap rows: an ended episode's final observation, else the next one's
+        bootstrap = np.asarray(next_obs, dtype=self._obs.dtype)[envs]
+        if final_obs is not None:
+            for c in np.flatnonzero(ended):
+                bootstrap[c] = final_obs[envs[c]]
+        values = self._records.write(
+            meta, self._wire_rows, starts, rows, bootstrap.view(np.uint8).reshape(len(envs), -1),
+            self.behaviour, ended, returns, int(time.time() * 1000),
+        )  # fmt: skip
+        self.episodes += int(np.count_nonzero(ended))
+        keys = self._keys
+        return [
+            EncodedChunk(keys[i], seq, value, ret if end else None)
+            for i, seq, value, ret, end in zip(
+                envs.tolist(),
+                meta[:, 2].tolist(),
+                values,
+                returns.tolist(),
+                ended.tolist(),
+                strict=True,
+            )
+        ]
+
     def _emit(self, i: int, bootstrap: npt.NDArray[Any], ended: bool) -> ExperienceChunk:
         n = int(self._at[i] - self._row0[i])
         observations = np.empty((n + 1, *self._obs.shape[2:]), dtype=self._obs.dtype)
@@ -256,6 +366,10 @@ class Chunker:
         if ended:
             self._episode_return[i] = 0.0
         return chunk
+
+
+def _encoded(chunk: ExperienceChunk) -> EncodedChunk:
+    return EncodedChunk(chunk.key, chunk.chunk_seq, encode_chunk(chunk), chunk.episode_return)
 
 
 def _final_observations(done: npt.NDArray[Any], infos: dict[str, Any]) -> npt.NDArray[Any]:

@@ -19,6 +19,8 @@ from typing import Any
 import numba
 import numpy as np
 
+from coach_stream.codec import compiled as records
+
 
 @numba.njit(cache=True)
 def record_step(
@@ -56,8 +58,44 @@ def record_step(
     return any_done, room
 
 
+@numba.njit(cache=True)
+def close_chunks(
+    ready: Any, done: Any, at: Any, row0: Any, chunk_seq: Any, chunk_start: Any,
+    episode_return: Any, worker_id: int, version: int,
+) -> tuple[Any, Any, Any, Any, Any, Any]:  # fmt: skip
+    """Close the open chunk of each env where ``ready``: (envs, their wire metadata (worker,
+    env, chunk_seq, version, first step), first rows, row counts, ended, returns), and move
+    each env on to its next chunk: ``chunk_seq`` + 1, ``at`` back to its first row, the
+    next chunk's first step (0 after an ended episode, whose return is reset)."""
+    k = 0
+    for i in range(ready.shape[0]):
+        k += ready[i]
+    envs, meta = np.empty(k, np.int64), np.empty((k, 5), np.int64)
+    starts, rows = np.empty(k, np.int64), np.empty(k, np.int64)
+    ended, returns = np.empty(k, np.bool_), np.empty(k, np.float64)
+    c = 0
+    for i in range(ready.shape[0]):
+        if not ready[i]:
+            continue
+        n = at[i] - row0[i]
+        envs[c], starts[c], rows[c], ended[c] = i, row0[i], n, done[i]
+        meta[c, 0], meta[c, 1], meta[c, 2] = worker_id, i, chunk_seq[i]
+        meta[c, 3], meta[c, 4] = version, chunk_start[i]
+        returns[c] = episode_return[i]
+        chunk_seq[i] += 1
+        at[i] = row0[i]
+        if done[i]:
+            chunk_start[i] = 0
+            episode_return[i] = 0.0
+        else:
+            chunk_start[i] += n
+        c += 1
+    return envs, meta, starts, rows, ended, returns
+
+
 def warm_up() -> None:
-    """Compile (or load) ``record_step``'s one signature, and the compiled act's."""
+    """Compile (or load) ``record_step``'s and ``close_chunks``'s one signature each, the
+    compiled records' (``codec.compiled``) and the compiled act's."""
     from coach_stream.policies import compiled as act
 
     n = 2
@@ -69,6 +107,19 @@ def warm_up() -> None:
             np.zeros(n, np.bool_), np.zeros(n, np.bool_), np.zeros(n, np.float32),
             np.zeros(n, np.float32))  # fmt: skip
     record_step(at, row_end, rows, step, True, np.zeros(n, np.float64), np.zeros(n, np.bool_))
+    at[:] = 2
+    close_chunks(
+        np.ones(n, np.bool_),
+        np.zeros(n, np.bool_),
+        at,
+        np.zeros(n, np.int64),
+        np.zeros(n, np.int64),
+        np.zeros(n, np.int64),
+        np.zeros(n, np.float64),
+        0,
+        0,
+    )
+    records.warm_up()
     act.warm_up()
 
 

@@ -32,9 +32,9 @@ from gymnasium.vector import VectorEnv
 
 from coach_stream.core import (
     Actor,
+    EncodedChunk,
     EventSink,
     ExperienceBacklog,
-    ExperienceChunk,
     ExperienceWriter,
     LoadedPolicy,
     Mode,
@@ -188,13 +188,13 @@ class RolloutWorker:
         """
         envs, actor, chunker = self.envs, self.actor, self.chunker
         obs = chunker.last_obs
-        chunks: list[ExperienceChunk] = []
+        chunks: list[EncodedChunk] = []
         for _ in range(self.settings.share_steps):
             action = actor.act(obs)
             obs, rewards, terminated, truncated, infos = envs.step(action.actions)
-            chunks += chunker.add(action, rewards, terminated, truncated, obs, infos)
+            chunks += chunker.add_encoded(action, rewards, terminated, truncated, obs, infos)
         if self.settings.mode is Mode.SYNC:
-            chunks += chunker.flush()  # the share of version v ends here
+            chunks += chunker.flush_encoded()  # the share of version v ends here
         self._write(chunks)
         steps = self.settings.share_steps * envs.num_envs
         self.env_steps += steps
@@ -280,7 +280,7 @@ class RolloutWorker:
         """Swap in ``newer`` if it is newer and verifies; True if the worker now acts with it."""
         if newer is None or newer.version.version <= self.actor.version:
             return False
-        self._write(self.chunker.flush())  # one chunk, one behaviour version
+        self._write(self.chunker.flush_encoded())  # one chunk, one behaviour version
         try:
             self.actor.load(newer)
         except IntegrityError:
@@ -301,9 +301,9 @@ class RolloutWorker:
             return self.settings.sync_wait_s
         return min(self.settings.sync_wait_s, max(0.05, 4.0 * self._typical_wait))
 
-    def _write(self, chunks: list[ExperienceChunk]) -> None:
+    def _write(self, chunks: list[EncodedChunk]) -> None:
         for chunk in chunks:
-            self.writer.write(chunk)
+            self.writer.write_encoded(chunk)
             if chunk.episode_return is not None:
                 self._recent_returns.append(chunk.episode_return)
         self.chunks_written += len(chunks)

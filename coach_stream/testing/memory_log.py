@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from coach_stream.codec import ChunkSpec, decode_chunk, encode_chunk
-from coach_stream.core import ClosingContext, ExperienceChunk, Positions
+from coach_stream.core import ClosingContext, EncodedChunk, ExperienceChunk, Positions
 from coach_stream.errors import InvalidChunkError
 
 
@@ -47,6 +47,16 @@ class MemoryExperienceWriter(_Context):
         self.log.chunks.append(
             decode_chunk(encode_chunk(chunk)) if self.log.through_codec else chunk
         )
+
+    def write_encoded(self, record: EncodedChunk) -> None:
+        """Decoded again (the definitive decoder's checks): what the log holds is chunks."""
+        if self.closed:
+            raise RuntimeError("write_encoded() after close()")
+        chunk = decode_chunk(record.value)
+        if chunk.key != record.key or chunk.chunk_seq != record.chunk_seq:
+            raise ValueError(f"record {record.key}#{record.chunk_seq} holds {chunk.key}#"
+                             f"{chunk.chunk_seq}")  # fmt: skip
+        self.log.chunks.append(chunk)
 
     def flush(self, timeout: float | None = None) -> None:
         return None

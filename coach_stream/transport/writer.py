@@ -25,7 +25,7 @@ from typing import Self
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from coach_stream.codec import encode_chunk
-from coach_stream.core import ClosingContext, ExperienceChunk
+from coach_stream.core import ClosingContext, EncodedChunk, ExperienceChunk
 from coach_stream.errors import DeliveryError
 from coach_stream.transport import clients, tail
 from coach_stream.transport.admin import unreachable
@@ -219,6 +219,11 @@ class KafkaExperienceWriter(KafkaRecordProducer):
         key = chunk.key
         report = functools.partial(self._on_chunk_delivery, key, chunk.chunk_seq)
         self.produce(key.encode(), self._encode(chunk), on_delivery=report)
+
+    def write_encoded(self, record: EncodedChunk) -> None:
+        key = record.key
+        report = functools.partial(self._on_chunk_delivery, key, record.chunk_seq)
+        self.produce(key.encode(), record.value, on_delivery=report)
 
     def _on_chunk_delivery(
         self, key: str, seq: int, error: KafkaError | None, message: Message

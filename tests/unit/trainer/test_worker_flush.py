@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from coach_stream.config import load_preset
-from coach_stream.core import ExperienceChunk
+from coach_stream.core import EncodedChunk, ExperienceChunk
 
 
 class _CountingWriter:
@@ -20,6 +20,10 @@ class _CountingWriter:
     def write(self, chunk: ExperienceChunk) -> None:
         self.written += 1
         self.inner.write(chunk)
+
+    def write_encoded(self, record: EncodedChunk) -> None:
+        self.written += 1
+        self.inner.write_encoded(record)
 
     def flush(self, timeout: float | None = None) -> None:
         self.flushes += 1

@@ -1,0 +1,204 @@
+"""``ExperienceChunk`` v1 records written straight from a chunker's columns, in one numba call.
+
+On CartPole a rollout worker emits about one chunk every 13 env steps (its untrained
+episodes are short), and each chunk cost more than an env step's own CPU: the chunk's
+columns copied out of the chunker (six arrays and a dataclass), its invariants checked,
+its v1 bytes joined from some twenty parts (``fastpath.ChunkWriterV1``). Here the records
+of every chunk a vector step finishes are written into one buffer by one compiled call,
+from the chunker's rows as they lie: the same bytes as ``ChunkWriterV1`` (a property test
+compares them), with the invariants holding by construction (every column has the chunk's
+rows, the flags are the chunker's own) and the integer fields checked against their wire
+limits here.
+
+Columns travel as byte rows (``.view(np.uint8)``), so one compiled signature serves every
+observation and action dtype and shape.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+from coach_stream.codec.avro import MAGIC
+from coach_stream.codec.chunks import FIELD_LIMITS
+from coach_stream.codec.fastpath import V1_FINGERPRINT, string
+from coach_stream.codec.tensors import DTYPES, MAX_NDIM
+from coach_stream.errors import EncodeError
+
+HEADER = MAGIC + V1_FINGERPRINT
+"""Single-object marker and the v1 schema's fingerprint: what every record here starts with."""
+
+META_FIELDS = tuple(FIELD_LIMITS)
+"""The integer fields in wire order, as the columns of ``encode_records``'s ``meta``."""
+META_LIMITS = np.array(list(FIELD_LIMITS.values()), dtype=np.uint64)
+"""Each field of ``META_FIELDS`` is in ``0..limit - 1``."""
+_FIXED_BYTES = 512
+"""Per record, more than everything but the prefix and the column data can take: five
+metadata varints, seven tensor heads (name, rank <= 8 dims, length), the optional fields."""
+
+_SEVEN_BITS, _HIGH_BIT, _SHIFT = np.uint64(0x7F), np.uint64(0x80), np.uint64(7)
+
+
+@numba.njit(inline="always", cache=True)
+def _varint(out: Any, pos: int, n: Any) -> int:
+    """Avro ``long`` of ``n >= 0`` at ``out[pos]`` (zig-zag: 2n; base-128); the next pos."""
+    z = np.uint64(n) + np.uint64(n)
+    while z > _SEVEN_BITS:
+        out[pos] = np.uint8((z & _SEVEN_BITS) | _HIGH_BIT)
+        z >>= _SHIFT
+        pos += 1
+    out[pos] = np.uint8(z)
+    return pos + 1
+
+
+@numba.njit(inline="always", cache=True)
+def _head(out: Any, pos: int, name: Any, rows: int, dims: Any, row_bytes: int) -> int:
+    """A tensor's dtype name, shape (rows, *dims) and data length; the next pos."""
+    out[pos : pos + name.size] = name
+    pos = _varint(out, pos + name.size, dims.size + 1)
+    pos = _varint(out, pos, rows)
+    for d in dims:
+        pos = _varint(out, pos, d)
+    out[pos] = 0  # the shape array's end
+    return _varint(out, pos + 1, rows * row_bytes)
+
+
+@numba.njit(inline="always", cache=True)
+def _rows(out: Any, pos: int, column: Any, start: int, rows: int) -> int:
+    width = column.shape[1]
+    for r in range(start, start + rows):
+        out[pos : pos + width] = column[r]
+        pos += width
+    return pos
+
+
+@numba.njit(cache=True)
+def encode_records(
+    out: Any, prefix: Any, meta: Any, columns: Any, names: Any, dims: Any, starts: Any,
+    rows: Any, bootstrap: Any, behaviour: bool, ended: Any, returns: Any, created_ms: int,
+) -> Any:  # fmt: skip
+    """Write record k (v1 body after ``prefix``) for each chunk k; the records' bounds.
+
+    ``meta``: (k, 5) int64 in ``META_FIELDS`` order; ``columns``: the seven columns
+    (observations, actions, rewards, terminated, truncated, log-probs, values) as
+    (rows, bytes) uint8; ``names``: each one's encoded dtype name; ``dims``: each one's
+    row shape; chunk k is ``rows[k]`` rows from ``starts[k]``, then ``bootstrap[k]`` closes
+    its observations. ``returns``: (k, 8) float64 bytes, written where ``ended[k]``.
+    Returns (k + 1) offsets into ``out``, or, where a field is outside its wire limit,
+    ``-1 - (its index in META_FIELDS)`` in the first place.
+    """
+    k = starts.shape[0]
+    offsets = np.zeros(k + 1, dtype=np.int64)
+    for c in range(k):
+        for f in range(5):
+            if meta[c, f] < 0 or np.uint64(meta[c, f]) >= META_LIMITS[f]:
+                offsets[0] = -1 - f
+                return offsets
+    pos = 0
+    for c in range(k):
+        n = rows[c]
+        out[pos : pos + prefix.size] = prefix
+        pos += prefix.size
+        for f in range(5):
+            pos = _varint(out, pos, meta[c, f])
+        obs = columns[0]
+        pos = _head(out, pos, names[0], n + 1, dims[0], obs.shape[1])
+        pos = _rows(out, pos, obs, starts[c], n)
+        out[pos : pos + obs.shape[1]] = bootstrap[c]
+        pos += obs.shape[1]
+        for j in range(1, 7):
+            if j >= 5:  # log-probs and values: a union of null and a tensor
+                if not behaviour:
+                    out[pos] = 0
+                    pos += 1
+                    continue
+                out[pos] = 2
+                pos += 1
+            pos = _head(out, pos, names[j], n, dims[j], columns[j].shape[1])
+            pos = _rows(out, pos, columns[j], starts[c], n)
+        if ended[c]:
+            out[pos] = 2
+            out[pos + 1 : pos + 9] = returns[c]
+            out[pos + 9] = 2  # episode_length's union branch, then the episode's length
+            pos = _varint(out, pos + 10, meta[c, 4] + n)
+        else:
+            out[pos : pos + 2] = 0
+            pos += 2
+        pos = _varint(out, pos, created_ms)
+        offsets[c + 1] = pos
+    return offsets
+
+
+@dataclass(frozen=True)
+class ColumnLayout:
+    """What ``encode_records`` needs of one column besides its rows: its dtype's encoded
+    name and its row shape."""
+
+    name: npt.NDArray[np.uint8]
+    dims: npt.NDArray[np.int64]
+
+    @classmethod
+    def of(cls, dtype: np.dtype[Any], row_shape: tuple[int, ...], field: str) -> ColumnLayout:
+        wire = np.dtype(dtype).newbyteorder("<")
+        names = {d: name for name, d in DTYPES.items()}
+        if wire not in names or np.dtype(dtype) != wire:
+            raise EncodeError(
+                f"Field {field} has dtype {dtype}, which the wire format does not carry in "
+                f"this byte order; use one of {', '.join(DTYPES)} (little-endian)."
+            )
+        if len(row_shape) + 1 > MAX_NDIM:
+            raise EncodeError(f"Field {field} has {len(row_shape) + 1} dimensions; at most "
+                              f"{MAX_NDIM} travel.")  # fmt: skip
+        return cls(np.frombuffer(string(names[wire]), np.uint8), np.array(row_shape, np.int64))
+
+
+class RecordWriter:
+    """v1 records of one run's chunks, written from byte-row columns (``encode_records``)."""
+
+    def __init__(self, run_id: str, layouts: tuple[ColumnLayout, ...]) -> None:
+        self.prefix = np.frombuffer(HEADER + string(run_id), np.uint8)
+        self.names = tuple(layout.name for layout in layouts)
+        self.dims = tuple(layout.dims for layout in layouts)
+        self._out = np.zeros(0, np.uint8)
+
+    def write(
+        self, meta: npt.NDArray[np.int64], columns: tuple[npt.NDArray[np.uint8], ...],
+        starts: npt.NDArray[np.int64], rows: npt.NDArray[np.int64],
+        bootstrap: npt.NDArray[np.uint8], behaviour: bool, ended: npt.NDArray[np.bool_],
+        returns: npt.NDArray[np.float64], created_ms: int,
+    ) -> list[bytes]:  # fmt: skip
+        """Each chunk's record, in order (see ``encode_records``)."""
+        k = int(starts.shape[0])
+        data = int(rows.sum()) * sum(c.shape[1] for c in columns) + k * bootstrap.shape[1]
+        need = k * (self.prefix.size + _FIXED_BYTES) + data
+        if self._out.size < need:
+            self._out = np.zeros(max(need, 2 * self._out.size), np.uint8)
+        out = self._out
+        offsets = encode_records(
+            out, self.prefix, meta, columns, self.names, self.dims, starts, rows, bootstrap,
+            behaviour, ended, returns.view(np.uint8).reshape(k, 8), created_ms,
+        )  # fmt: skip
+        if offsets[0] < 0:
+            field = META_FIELDS[-1 - int(offsets[0])]
+            bad = meta[:, -1 - int(offsets[0])]
+            raise EncodeError(
+                f"{field} is {int(bad.max()) if bad.min() >= 0 else int(bad.min())}, outside "
+                f"0..{int(META_LIMITS[META_FIELDS.index(field)]) - 1} (its wire limit)."
+            )
+        bounds = offsets.tolist()
+        return [out[a:b].tobytes() for a, b in itertools.pairwise(bounds)]
+
+
+def warm_up() -> None:
+    """Compile (or load) ``encode_records``'s one signature: the one chunkers call it with."""
+    columns = tuple(np.zeros((4, 4), np.uint8) for _ in range(7))
+    layout = ColumnLayout.of(np.dtype(np.float32), (), "warm-up")
+    writer = RecordWriter("warm-up", (layout,) * 7)
+    one = np.ones(1, np.int64)
+    writer.write(np.zeros((1, 5), np.int64), columns, one, one, np.zeros((1, 4), np.uint8),
+                 True, np.ones(1, np.bool_), np.zeros(1, np.float64), 0)  # fmt: skip

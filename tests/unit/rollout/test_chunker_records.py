@@ -1,0 +1,113 @@
+"""The chunker's records written from its columns (``add_encoded``: ``codec.compiled``) are
+the bytes ``encode_chunk`` makes of the chunks ``add`` cuts: for flat and frame
+observations, discrete and continuous actions, with and without behaviour columns,
+episodes ending and truncated at any step, flushes at a new version, and ``chunk_seq``s
+continued from the log."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from coach_stream.codec import decode_chunk, encode_chunk
+from coach_stream.core import Action, EncodedChunk, ExperienceChunk
+from coach_stream.errors import EncodeError
+from coach_stream.rollout import chunker as chunker_module
+from coach_stream.rollout.chunker import Chunker
+from coach_stream.testing.memory_log import MemoryExperienceWriter, MemoryLog
+
+KINDS = {
+    "flat float32, discrete": ((4,), np.float32, (), np.int64),
+    "uint8 frames, discrete": ((3, 5, 5), np.uint8, (), np.int64),
+    "float64, continuous": ((6,), np.float64, (2,), np.float32),
+    "scalar float32, continuous": ((), np.float32, (1,), np.float32),
+}
+
+
+def _run(
+    kind: str, behaviour: bool, encoded: bool, num_envs: int, chunk_steps: int, seed: int,
+    worker_id: int = 2,
+) -> list[Any]:  # fmt: skip
+    """60 random vector steps, a flush at a new version on step 41, and the last flush."""
+    obs_shape, obs_dtype, action_shape, action_dtype = KINDS[kind]
+    chunker = Chunker("run-r", worker_id, num_envs, chunk_steps, obs_shape,
+                      np.dtype(obs_dtype), behaviour, action_shape, action_dtype)  # fmt: skip
+    if encoded:  # compiled, unless a test took the compiled records away
+        assert (chunker._records is not None) == (chunker_module.close_chunks_kernel() is not None)
+    add = chunker.add_encoded if encoded else chunker.add
+    flush = chunker.flush_encoded if encoded else chunker.flush
+    rng = np.random.default_rng(seed)
+
+    def draw(shape: tuple[int, ...], dtype: Any) -> Any:
+        return (rng.random((num_envs, *shape)) * 200).astype(dtype)
+
+    chunker.start(draw(obs_shape, obs_dtype), version=5, next_seqs=[3 * i for i in range(num_envs)])
+    out: list[Any] = []
+    for step in range(60):
+        terminated = rng.random(num_envs) < 0.08
+        truncated = ~terminated & (rng.random(num_envs) < 0.04)
+        behaviour_columns = (draw((), np.float32), draw((), np.float32)) if behaviour else ()
+        action = Action(draw(action_shape, action_dtype), *behaviour_columns)
+        infos = {"final_obs": draw(obs_shape, obs_dtype), "_final_obs": terminated | truncated}
+        rewards = rng.normal(size=num_envs)  # float64, as gymnasium's vector envs give
+        out += add(action, rewards, terminated, truncated, draw(obs_shape, np.float64), infos)
+        if step == 41:
+            out += flush()
+            chunker.version = 6
+    return out + flush()
+
+
+def _same_record(record: EncodedChunk, chunk: ExperienceChunk) -> None:
+    decoded = decode_chunk(record.value)  # the definitive decoder's checks too
+    assert (record.key, record.chunk_seq, record.episode_return) == (
+        chunk.key, chunk.chunk_seq, chunk.episode_return)  # fmt: skip
+    assert abs(decoded.created_at_ms - chunk.created_at_ms) < 60_000
+    assert encode_chunk(replace(chunk, created_at_ms=decoded.created_at_ms)) == record.value
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("behaviour", [True, False])
+@pytest.mark.parametrize(("num_envs", "chunk_steps"), [(1, 1), (1, 4), (5, 7), (8, 32)])
+def test_records_from_the_columns_are_encode_chunks_bytes(
+    kind: str, behaviour: bool, num_envs: int, chunk_steps: int
+) -> None:
+    records = _run(kind, behaviour, True, num_envs, chunk_steps, seed=num_envs + chunk_steps)
+    chunks = _run(kind, behaviour, False, num_envs, chunk_steps, seed=num_envs + chunk_steps)
+    assert len(records) == len(chunks) > num_envs
+    assert any(c.episode_return is not None for c in chunks)
+    assert any(c.episode_return is None and c.num_steps > 0 for c in chunks)
+    assert {c.policy_version for c in chunks} == {5, 6}
+    for record, chunk in zip(records, chunks, strict=True):
+        _same_record(record, chunk)
+
+
+def test_without_the_compiled_records_the_chunks_are_encoded_one_by_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(chunker_module, "close_chunks_kernel", lambda: None)
+    kind = "flat float32, discrete"
+    assert Chunker("r", 0, 2, 4, (4,), np.dtype(np.float32), behaviour=False)._records is None
+    records = _run(kind, True, True, 3, 5, seed=1)
+    chunks = _run(kind, True, False, 3, 5, seed=1)
+    assert len(records) == len(chunks) > 3
+    for record, chunk in zip(records, chunks, strict=True):
+        _same_record(record, chunk)
+
+
+def test_a_field_beyond_its_wire_limit_is_an_encode_error() -> None:
+    with pytest.raises(EncodeError, match=r"worker_id is 2147483648, outside 0\.\.2147483647"):
+        _run("flat float32, discrete", False, True, 2, 3, seed=0, worker_id=2**31)
+
+
+def test_the_memory_log_holds_the_records_chunks_and_refuses_a_mislabelled_one() -> None:
+    records = _run("flat float32, discrete", True, True, 2, 3, seed=4)
+    log = MemoryLog()
+    writer = MemoryExperienceWriter(log)
+    for record in records:
+        writer.write_encoded(record)
+    assert [c.key for c in log.chunks] == [r.key for r in records]
+    with pytest.raises(ValueError, match="holds"):
+        writer.write_encoded(replace(records[0], chunk_seq=records[0].chunk_seq + 1))
