@@ -117,28 +117,18 @@ class Chunker:
         self._done, self._no_done = np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_)
         self._no_behaviour = np.zeros(n, dtype=np.float32)
         self._keys = [f"{worker_id}/{i}" for i in range(n)]
-        self._records = self._record_writer(obs_shape, action_shape) if compiled else None
+        self._records = self._record_writer() if compiled else None
 
-    def _record_writer(
-        self, obs_shape: tuple[int, ...], action_shape: tuple[int, ...]
-    ) -> RecordWriter | None:
+    def _record_writer(self) -> RecordWriter | None:
         """The compiled records' writer for these columns, or None (emit, then encode)."""
         if self._record is None or close_chunks_kernel() is None:
             return None
-        from coach_stream.codec.compiled import ColumnLayout, RecordWriter
+        from coach_stream.codec.compiled import RecordWriter
 
-        shapes = (obs_shape, action_shape) + ((),) * 5
-        fields = ("observations", "actions", "rewards", "terminated", "truncated",
-                  "log_probs", "values")  # fmt: skip
         try:
-            layouts = tuple(
-                ColumnLayout.of(column.dtype, shape, field)
-                for column, shape, field in zip(self._flat, shapes, fields, strict=True)
-            )
+            return RecordWriter(self.run_id, tuple(self._flat))
         except EncodeError:  # a dtype the wire does not carry: encode_chunk says so, later
             return None
-        self._wire_rows = tuple(c.view(np.uint8).reshape(c.shape[0], -1) for c in self._flat)
-        return RecordWriter(self.run_id, layouts)
 
     @property
     def last_obs(self) -> npt.NDArray[Any]:
@@ -316,9 +306,8 @@ class Chunker:
             for c in np.flatnonzero(ended):
                 bootstrap[c] = final_obs[envs[c]]
         values = self._records.write(
-            meta, self._wire_rows, starts, rows, bootstrap.view(np.uint8).reshape(len(envs), -1),
-            self.behaviour, ended, returns, int(time.time() * 1000),
-        )  # fmt: skip
+            meta, starts, rows, bootstrap, self.behaviour, ended, returns, int(time.time() * 1000)
+        )
         self.episodes += int(np.count_nonzero(ended))
         keys = self._keys
         return [
