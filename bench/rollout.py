@@ -12,16 +12,23 @@ slows the wall clock but not the figure much, and each loop is charged what it r
 * ``worker_no_kafka``: the rollout worker's own loop (``RolloutWorker.act_share``: policy,
   env and chunker) handing its chunks to a writer that neither encodes nor sends them;
 * ``worker``: the same loop encoding and producing to a real experience topic through the
-  worker's ``KafkaExperienceWriter`` (the stack's broker), as a rollout task does.
+  worker's ``KafkaExperienceWriter`` (the stack's broker), as a rollout task does; its
+  chunker writes each finished chunk's record straight from its columns (``codec.compiled``);
+* ``worker_encode_after`` (``--encode-after``): the same, its chunker handing over chunks
+  that are then encoded one by one (``encode_chunk``): the path before 2026-12-07 evening,
+  and the one taken where numba does not load.
 
 ``--set rollout.num_envs=32`` (any preset override) measures a wider vector env: one
 forward pass then serves more env steps.
 
-One JSON line per loop (baseline: ``bare_env``; ratio = the share of the ceiling kept) and
+One JSON line per loop (baseline: ``bare_env``; ratio = the share of the ceiling kept, of
+the medians; ``paired_ratio``: the median of each round's rate over the bare env's in that
+round; ``worker_over_this`` on ``worker_encode_after``: the median of the rounds' worker
+over it) and
 ``--profile`` prints the worker loop's top functions by own time (cProfile).
 
 Usage (stack up for ``worker``): ``KAFKA_BOOTSTRAP_SERVERS=host:port python bench/rollout.py
-[--quick] [--preset cartpole-ppo] [--seconds S] [--rounds R] [--profile]``.
+[--quick] [--preset cartpole-ppo] [--seconds S] [--rounds R] [--profile] [--encode-after]``.
 """
 
 from __future__ import annotations
@@ -76,10 +83,15 @@ def bare_env(preset: Preset) -> Loop:
     return step
 
 
-def worker(preset: Preset, writer: object, with_env_only: bool = False) -> Loop:
-    """``RolloutWorker.act_share`` (or, ``with_env_only``, only its policy + env steps)."""
+def worker(
+    preset: Preset, writer: object, with_env_only: bool = False, encode_after: bool = False
+) -> Loop:
+    """``RolloutWorker.act_share`` (or, ``with_env_only``, only its policy + env steps;
+    ``encode_after``: chunks emitted, then encoded, as without numba)."""
     loop = bench_worker(preset, writer)
     envs, actor, settings = loop.envs, loop.actor, loop.settings
+    if encode_after:
+        loop.chunker._records = None  # the chunker's fallback when numba does not load
     loop.start()
     if not with_env_only:
         return loop.act_share
@@ -123,6 +135,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument(
+        "--encode-after", action="store_true",
+        help="also time the worker whose chunks are encoded after the chunker emits them",
+    )  # fmt: skip
+    parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
         help="preset override, e.g. rollout.num_envs=32 (the policy's cost per env step "
         "falls as one forward pass serves more envs)",
@@ -146,6 +162,8 @@ def main() -> int:
         ensure_run_topics(settings, topics, 4)
         writer = KafkaExperienceWriter(settings, topics.experience)
         loops["worker"] = worker(preset, writer)
+        if args.encode_after:
+            loops["worker_encode_after"] = worker(preset, writer, encode_after=True)
     try:
         rates = interleaved(loops, seconds, rounds)
         if args.profile:
@@ -157,11 +175,19 @@ def main() -> int:
             delete_run_topics(settings, topics)
     ceiling = statistics.median(rates["bare_env"])
     for name, values in rates.items():
+        # each round's rate over the bare env's in the same round: steadier than the ratio
+        # of the medians when the machine's speed drifts between rounds
+        paired = [v / b for v, b in zip(values, rates["bare_env"], strict=True)]
+        extra = {}
+        if name == "worker_encode_after":
+            extra["worker_over_this"] = round(statistics.median(
+                [w / v for w, v in zip(rates["worker"], values, strict=True)]), 3)  # fmt: skip
         jsonl.emit(
             "rollout", f"{name}_steps_per_cpu_s", statistics.median(values), "env steps/cpu-s",
             "bare_env", ceiling, digits=0, ratio_digits=3, preset=args.preset,
             num_envs=preset.rollout.num_envs, rounds=rounds, overrides=args.set,
             spread=[round(min(values)), round(max(values))],
+            paired_ratio=round(statistics.median(paired), 3), **extra,
         )  # fmt: skip
     if settings is None:
         why = "set KAFKA_BOOTSTRAP_SERVERS (eval $(coach-stream stack env))"

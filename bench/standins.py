@@ -51,16 +51,6 @@ class DiscardingWriter:
         pass
 
 
-class CapturingWriter(DiscardingWriter):
-    """Keeps the chunks instead of sending them."""
-
-    def __init__(self) -> None:
-        self.chunks: list[ExperienceChunk] = []
-
-    def write(self, chunk: ExperienceChunk) -> None:
-        self.chunks.append(chunk)
-
-
 class FixedPolicy:
     """A policy source with one version that never changes and a run that never ends."""
 

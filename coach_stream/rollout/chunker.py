@@ -17,6 +17,12 @@ emit cost 14.2 us of CPU (11 % of the MuJoCo step), now 9.9; on 8 CartPole envs 
 11.5. Where numba loads, a step's writes are one compiled call (``rollout.compiled``: the
 same rows, observations and actions as bytes): 1.05-1.07x a CartPole worker's env steps
 per CPU-second (two workers in one process, ``docs/performance.md``).
+
+A rollout worker takes its chunks already encoded (``add_encoded``/``flush_encoded``): the
+records of the chunks a step finishes are written straight from the columns, with no
+``ExperienceChunk`` between (``codec.compiled``; ``close_chunks`` moves the envs on to
+their next chunks). The same bytes as ``encode_chunk`` of ``add``'s chunks; where numba
+does not load, that is how they are made.
 """
 
 from __future__ import annotations

@@ -185,6 +185,8 @@ class RolloutWorker:
         time) against a few in a burst: CartPole on 32 envs moved 0.556 of the bare env's
         steps per CPU-second producing as it went. Nothing waits for them sooner: a SYNC
         trainer needs the whole share, and an ASYNC share is one chunk's worth of steps.
+        The chunker hands them over encoded (``Chunker.add_encoded``), so the writer only
+        produces them.
         """
         envs, actor, chunker = self.envs, self.actor, self.chunker
         obs = chunker.last_obs
