@@ -39,11 +39,12 @@ class Row:
 PATHS = (
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, CartPole (`cartpole-ppo`, 8 envs), "
           "env steps per CPU-second", "the bare vector env, random actions",
-          "per env step in Python, the act and the chunker's step writes compiled since "
-          "2026-12-07 (numba): the chunks' emits (CartPole's untrained episodes end every "
-          "~22 steps, so a third of the envs emit a chunk each step) and the worker's own "
-          "Python per step, then encoding and producing. Four full runs on 2026-12-07 read "
-          "0.547-0.672: the machine's slow phases move this row more than the changes did",
+          "the act (~15 % of the bare step warm: two 64x64 MLPs on 8 rows) and the env run "
+          "colder between our steps (78-95 us in the loop, 61-67 bare), then the chunker (its "
+          "step writes, and since 2026-12-07 evening each step's finished chunks closed and "
+          "encoded from its columns in numba: 1.13x the worker that encoded its chunks "
+          "after, paired) and producing (4-5 us a step). Runs on 2026-12-07 read 0.547-0.697 "
+          "(two machines): the machine's speed moves this row more than the changes do",
           num_envs=8, preset="cartpole-ppo"),
     Row("rollout", "env_policy_steps_per_cpu_s", "env + policy only (no chunker, codec or Kafka)",
           "the bare vector env", "the compiled act's call and its arrays, run cold between "
@@ -51,8 +52,10 @@ PATHS = (
           num_envs=8, preset="cartpole-ppo"),
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, CartPole, 32 envs "
           "(`--set rollout.num_envs=32`)", "the bare vector env, random actions",
-          "the chunks' emits (about 74 us of a ~660 us vector step, measured), then "
-          "encoding and producing. Five full runs on 2026-12-07 read 0.543-0.755",
+          "the act (44 us of a ~385 us vector step in the loop), the chunker (48: its step "
+          "writes and the closes of ~2.4 chunks a step, encoded from its columns since "
+          "2026-12-07 evening: 1.11x the worker that encoded after, paired) and producing "
+          "(13). Runs on 2026-12-07 read 0.543-0.785 (two machines)",
           num_envs=32,
           preset="cartpole-ppo"),
     Row("rollout", "env_policy_steps_per_cpu_s", "env + policy only, 32 envs",
@@ -73,7 +76,8 @@ PATHS = (
           "one env: every step pays the act (the 256x256 numpy pass and the squashed "
           "Gaussian's sampling, 34 us warm, about twice that between MuJoCo steps; a "
           "compiled act exists but is off, docs/performance.md) and the chunker's row "
-          "writes (~10 us) alone", num_envs=1, preset="halfcheetah-sac"),
+          "writes (~10 us) alone. 0.627 on 2026-12-07 afternoon's machine (MuJoCo 165 us a "
+          "step), 0.517 on the evening's (73 us): our Python did not speed up as much", num_envs=1, preset="halfcheetah-sac"),
     Row("rollout", "env_policy_steps_per_cpu_s", "env + policy only, HalfCheetah SAC",
           "the bare vector env", "the squashed Gaussian's 256x256 numpy pass (measured with "
           "the network acting since 2026-12-06 evening; earlier lines drew the uniform "
@@ -83,7 +87,8 @@ PATHS = (
           "the act (compiled since 2026-12-07 afternoon: two 256x256 passes and the "
           "sampling in one call; the statistics' standardising in numpy) and its own "
           "actions: MuJoCo steps the policy's narrow Gaussian (std 0.135) in 64 us against "
-          "55 for the ceiling's uniform actions (more contacts)",
+          "55 for the ceiling's uniform actions (more contacts). 0.601 on 2026-12-07 afternoon's "
+          "machine, 0.502 on the evening's, twice as fast at MuJoCo",
           num_envs=1, preset="halfcheetah-ppo"),
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, Pong (`pong-ppo`, 8 envs), "
           "env steps per CPU-second", "the bare vector env (ALE, 84x84x4 frames), random "
@@ -146,9 +151,10 @@ def table(lines: list[dict[str, object]]) -> str:
             rows.append(f"| {p.path} | {p.ceiling} | not measured {why} | | | |")
             continue
         spread = f" (passes {line['spread']})" if "spread" in line else ""
+        paired = f" (paired {line['paired_ratio']})" if "paired_ratio" in line else ""
         rows.append(
             f"| {p.path} | {p.ceiling} | {number(line['value'])} {line['unit']}{spread} | "
-            f"{number(line['baseline_value'])} | {line['ratio']} | {p.limit} |"
+            f"{number(line['baseline_value'])} | {line['ratio']}{paired} | {p.limit} |"
         )
     return "\n".join(rows) + "\n"
 
