@@ -178,12 +178,8 @@ class Chunker:
     ) -> list[ExperienceChunk]:
         """Record one vector step (taken in the last observations); return finished chunks."""
         if self._record is not None:
-            done, any_done, full = self._record_compiled(action, rewards, terminated, truncated)
-            self._last_obs = next_obs = np.asarray(next_obs)
-            if not any_done and not full:
-                return []
-            ready = done | (self._at >= self._row_end) if full else done
-            return self._emit_ready(ready, done, any_done, next_obs, infos)
+            step = self._step_compiled(action, rewards, terminated, truncated, next_obs)
+            return [] if step is None else self._emit_ready(*step, self._started(), infos)
         last_obs, at = self._started(), self._at
         obs, actions, rewards_col, terminated_col, truncated_col, log_probs, values = self._flat
         obs[at] = last_obs
@@ -208,6 +204,17 @@ class Chunker:
         else:
             ready = done | (at >= self._row_end)
         return self._emit_ready(ready, done, any_done, next_obs, infos)
+
+    def _step_compiled(
+        self, action: Action, rewards: Any, terminated: Any, truncated: Any, next_obs: Any
+    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_], bool] | None:
+        """The step's rows written (compiled) and ``next_obs`` taken; (the envs whose chunk
+        is ready, the envs whose episode ended, whether any did), or None if no chunk is."""
+        done, any_done, full = self._record_compiled(action, rewards, terminated, truncated)
+        self._last_obs = np.asarray(next_obs)
+        if not any_done and not full:
+            return None
+        return (done | (self._at >= self._row_end) if full else done), done, any_done
 
     def _record_compiled(
         self, action: Action, rewards: Any, terminated: Any, truncated: Any
@@ -273,13 +280,12 @@ class Chunker:
         if self._records is None:
             return [_encoded(chunk) for chunk in self.add(
                 action, rewards, terminated, truncated, next_obs, infos)]  # fmt: skip
-        done, any_done, full = self._record_compiled(action, rewards, terminated, truncated)
-        self._last_obs = next_obs = np.asarray(next_obs)
-        if not any_done and not full:
+        step = self._step_compiled(action, rewards, terminated, truncated, next_obs)
+        if step is None:
             return []
-        ready = done | (self._at >= self._row_end) if full else done
+        ready, done, any_done = step
         final_obs = _final_observations(done, infos) if any_done else None
-        records = self._close(ready, done, next_obs, final_obs)
+        records = self._close(ready, done, self._started(), final_obs)
         self._steps_to_full = int((self._row_end - self._at).min())
         return records
 

@@ -11,27 +11,22 @@ from typing import Any
 
 import numpy as np
 import pytest
+from chunker_steps import KINDS, random_steps
 
 from coach_stream.codec import decode_chunk, encode_chunk
-from coach_stream.core import Action, EncodedChunk, ExperienceChunk
+from coach_stream.core import EncodedChunk, ExperienceChunk
 from coach_stream.errors import EncodeError
 from coach_stream.rollout import chunker as chunker_module
 from coach_stream.rollout.chunker import Chunker
 from coach_stream.testing.memory_log import MemoryExperienceWriter, MemoryLog
-
-KINDS = {
-    "flat float32, discrete": ((4,), np.float32, (), np.int64),
-    "uint8 frames, discrete": ((3, 5, 5), np.uint8, (), np.int64),
-    "float64, continuous": ((6,), np.float64, (2,), np.float32),
-    "scalar float32, continuous": ((), np.float32, (1,), np.float32),
-}
 
 
 def _run(
     kind: str, behaviour: bool, encoded: bool, num_envs: int, chunk_steps: int, seed: int,
     worker_id: int = 2,
 ) -> list[Any]:  # fmt: skip
-    """60 random vector steps, a flush at a new version on step 41, and the last flush."""
+    """60 random vector steps, a flush at a new version on step 41, and the last flush;
+    the next observations in float64, converted to the column's dtype as an env's are."""
     obs_shape, obs_dtype, action_shape, action_dtype = KINDS[kind]
     chunker = Chunker("run-r", worker_id, num_envs, chunk_steps, obs_shape,
                       np.dtype(obs_dtype), behaviour, action_shape, action_dtype)  # fmt: skip
@@ -39,22 +34,12 @@ def _run(
         assert (chunker._records is not None) == (chunker_module.close_chunks_kernel() is not None)
     add = chunker.add_encoded if encoded else chunker.add
     flush = chunker.flush_encoded if encoded else chunker.flush
-    rng = np.random.default_rng(seed)
-
-    def draw(shape: tuple[int, ...], dtype: Any) -> Any:
-        return (rng.random((num_envs, *shape)) * 200).astype(dtype)
-
-    chunker.start(draw(obs_shape, obs_dtype), version=5, next_seqs=[3 * i for i in range(num_envs)])
+    steps = random_steps(kind, num_envs, behaviour, seed, next_dtype=np.float64)
+    chunker.start(next(steps), version=5, next_seqs=[3 * i for i in range(num_envs)])
     out: list[Any] = []
-    for step in range(60):
-        terminated = rng.random(num_envs) < 0.08
-        truncated = ~terminated & (rng.random(num_envs) < 0.04)
-        behaviour_columns = (draw((), np.float32), draw((), np.float32)) if behaviour else ()
-        action = Action(draw(action_shape, action_dtype), *behaviour_columns)
-        infos = {"final_obs": draw(obs_shape, obs_dtype), "_final_obs": terminated | truncated}
-        rewards = rng.normal(size=num_envs)  # float64, as gymnasium's vector envs give
-        out += add(action, rewards, terminated, truncated, draw(obs_shape, np.float64), infos)
-        if step == 41:
+    for i, step in enumerate(steps):
+        out += add(*step)
+        if i == 41:
             out += flush()
             chunker.version = 6
     return out + flush()
@@ -74,8 +59,8 @@ def _same_record(record: EncodedChunk, chunk: ExperienceChunk) -> None:
 def test_records_from_the_columns_are_encode_chunks_bytes(
     kind: str, behaviour: bool, num_envs: int, chunk_steps: int
 ) -> None:
-    records = _run(kind, behaviour, True, num_envs, chunk_steps, seed=num_envs + chunk_steps)
-    chunks = _run(kind, behaviour, False, num_envs, chunk_steps, seed=num_envs + chunk_steps)
+    records = _run(kind, behaviour, True, num_envs, chunk_steps, seed=7 * num_envs + chunk_steps)
+    chunks = _run(kind, behaviour, False, num_envs, chunk_steps, seed=7 * num_envs + chunk_steps)
     assert len(records) == len(chunks) > num_envs
     assert any(c.episode_return is not None for c in chunks)
     assert any(c.episode_return is None and c.num_steps > 0 for c in chunks)
