@@ -40,9 +40,11 @@ META_FIELDS = tuple(FIELD_LIMITS)
 """The integer fields in wire order, as the columns of ``encode_records``'s ``meta``."""
 META_LIMITS = np.array(list(FIELD_LIMITS.values()), dtype=np.uint64)
 """Each field of ``META_FIELDS`` is in ``0..limit - 1``."""
-_FIXED_BYTES = 512
-"""Per record, more than everything but the prefix and the column data can take: five
-metadata varints, seven tensor heads (name, rank <= 8 dims, length), the optional fields."""
+_FIXED_BYTES = 1024
+"""Per record, more than everything but the prefix and the column data can take (numba
+does not check bounds, so this is a bound, not an estimate): five metadata varints (10
+bytes each at most), seven tensor heads (a name of at most 8 bytes, a count, up to 8 dims
+of 10 bytes, the end, a length: at most 100), the optional fields (21) and the time (10)."""
 
 _SEVEN_BITS, _HIGH_BIT, _SHIFT = np.uint64(0x7F), np.uint64(0x80), np.uint64(7)
 
@@ -172,11 +174,15 @@ class RecordWriter:
             ColumnLayout.of(c.dtype, c.shape[1:], field)
             for c, field in zip(columns, COLUMNS, strict=True)
         ]
+        if not all(c.flags.c_contiguous for c in columns):
+            raise ValueError("RecordWriter reads its columns where they lie: C-contiguous only")
         self.prefix = np.frombuffer(HEADER + string(run_id), np.uint8)
         self.names = tuple(layout.name for layout in layouts)
         self.dims = tuple(layout.dims for layout in layouts)
-        self.columns = tuple(c.reshape(-1).view(np.uint8) for c in columns)  # views
-        self.widths = np.array([c.itemsize * c[0].size for c in columns], np.int64)
+        self.columns = tuple(c.reshape(-1).view(np.uint8) for c in columns)  # views: contiguous
+        self.widths = np.array(
+            [c.itemsize * int(np.prod(c.shape[1:], dtype=np.int64)) for c in columns], np.int64
+        )
         self._row_bytes = int(self.widths.sum())
         self._out = np.zeros(0, np.uint8)
 

@@ -14,6 +14,7 @@ import pytest
 from chunker_steps import KINDS, random_steps
 
 from coach_stream.codec import decode_chunk, encode_chunk
+from coach_stream.codec.compiled import RecordWriter
 from coach_stream.core import EncodedChunk, ExperienceChunk
 from coach_stream.errors import EncodeError
 from coach_stream.rollout import chunker as chunker_module
@@ -96,3 +97,11 @@ def test_the_memory_log_holds_the_records_chunks_and_refuses_a_mislabelled_one()
     assert [c.key for c in log.chunks] == [r.key for r in records]
     with pytest.raises(ValueError, match="holds"):
         writer.write_encoded(replace(records[0], chunk_seq=records[0].chunk_seq + 1))
+
+
+def test_the_record_writer_refuses_columns_it_cannot_read_where_they_lie() -> None:
+    column = np.zeros((4, 2), np.float32)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        RecordWriter("r", (column[:, :1], *(column,) * 6))  # a strided view
+    with pytest.raises(EncodeError, match="does not carry"):
+        RecordWriter("r", (column.astype(">f4"), *(column,) * 6))  # big-endian
