@@ -22,6 +22,14 @@ import numpy as np
 from coach_stream.codec import compiled as records
 
 
+@numba.njit(inline="always", cache=True)
+def _copy_row(target: Any, origin: Any) -> None:
+    """One row's bytes: a loop numba vectorises into a memcpy (a slice assignment ran at
+    ~1.4 GB/s, 160 us of a Pong step's 8 frames)."""
+    for j in range(target.shape[0]):
+        target[j] = origin[j]
+
+
 @numba.njit(cache=True)
 def record_step(
     at: Any, row_end: Any, rows: Any, step: Any, behaviour: bool, episode_return: Any,
@@ -41,8 +49,8 @@ def record_step(
         r = at[i]
         if r >= row_end[i]:  # unchecked writes would run into the next env's rows
             raise IndexError("a chunk was not emitted when it was full")
-        obs_col[r, :] = obs[i, :]
-        act_col[r, :] = actions[i, :]
+        _copy_row(obs_col[r], obs[i])
+        _copy_row(act_col[r], actions[i])
         reward_col[r] = rewards[i]
         term_col[r] = terminated[i]
         trunc_col[r] = truncated[i]
