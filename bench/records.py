@@ -42,9 +42,9 @@ from coach_stream.rollout.chunker import Chunker
 Step = tuple[Any, ...]
 
 
-def record_steps(preset: Any, steps: int) -> tuple[Any, list[Step], Callable[[], Chunker]]:
-    """The first observations, ``steps`` recorded vector steps (``Chunker.add``'s
-    arguments), and a factory of chunkers like the worker's."""
+def record_steps(preset: Any, steps: int) -> tuple[list[Step], Callable[[], Chunker]]:
+    """``steps`` recorded vector steps (``Chunker.add``'s arguments) and a factory of
+    chunkers like the worker's, started in the recording's first observations."""
     worker = bench_worker(preset, DiscardingWriter())
     worker.start()
     envs, actor, model = worker.envs, worker.actor, worker.chunker
@@ -65,7 +65,7 @@ def record_steps(preset: Any, steps: int) -> tuple[Any, list[Step], Callable[[],
         c.start(first, version=0)
         return c
 
-    return first, recorded, chunker
+    return recorded, chunker
 
 
 def loop(kind: str, chunker: Chunker, recorded: list[Step]) -> Callable[[], int]:
@@ -123,7 +123,7 @@ def main() -> int:
     torch.set_num_threads(1)
     preset = load_preset(args.preset, args.set)
     steps = args.steps or (512 if preset.rollout.num_envs * 64 < 4096 else 64)
-    _, recorded, make = record_steps(preset, steps)
+    recorded, make = record_steps(preset, steps)
     kinds = ("chunker_records", "chunker_then_encode", "chunker_only")
     loops = {kind: loop(kind, make(), recorded) for kind in kinds}
     times: dict[str, list[float]] = {kind: [] for kind in kinds}

@@ -18,8 +18,6 @@ KINDS = {
 }
 """(observation shape, its dtype, action shape, its dtype) of each kind of env."""
 
-Step = tuple[Action, Any, Any, Any, Any, dict[str, Any]]
-
 
 def random_steps(
     kind: str, num_envs: int, behaviour: bool, seed: int, count: int = 60,
