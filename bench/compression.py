@@ -83,7 +83,7 @@ def record(preset_name: str, shares: int, seed: int = 0) -> Recorded:
             started = time.perf_counter()
             obs, rewards, term, trunc, infos = envs.step(actions)
             env_s += time.perf_counter() - started
-            chunks = chunker.add(Action(actions, zeros, zeros), rewards, term, trunc, obs, infos)
+            chunks = chunker.add(Action(actions, zeros), rewards, term, trunc, obs, infos)
             records += [encode_chunk(chunk) for chunk in chunks]
         records += [encode_chunk(chunk) for chunk in chunker.flush()]
     finally:

@@ -16,7 +16,12 @@ slows the wall clock but not the figure much, and each loop is charged what it r
   chunker writes each finished chunk's record straight from its columns (``codec.compiled``);
 * ``worker_encode_after`` (``--encode-after``): the same, its chunker handing over chunks
   that are then encoded one by one (``encode_chunk``): the path before 2026-12-07 evening,
-  and the one taken where numba does not load.
+  and the one taken where numba does not load;
+* ``worker_critic_pass`` (``--critic-pass``): the worker whose act also runs its network's
+  critic on the act's observations, as every act did before 2026-12-07 night (the values
+  went on the wire; no learner read them). The critic runs in a compiled call of its own
+  after the act's (the old act ran both MLPs in one call, so this line pays one call
+  more); MLP actor-critic presets only.
 
 ``--set rollout.num_envs=32`` (any preset override) measures a wider vector env: one
 forward pass then serves more env steps.
@@ -24,11 +29,12 @@ forward pass then serves more env steps.
 One JSON line per loop (baseline: ``bare_env``; ratio = the share of the ceiling kept, of
 the medians; ``paired_ratio``: the median of each round's rate over the bare env's in that
 round; ``worker_over_this`` on ``worker_encode_after``: the median of the rounds' worker
-over it) and
+over it; likewise on ``worker_critic_pass``) and
 ``--profile`` prints the worker loop's top functions by own time (cProfile).
 
 Usage (stack up for ``worker``): ``KAFKA_BOOTSTRAP_SERVERS=host:port python bench/rollout.py
-[--quick] [--preset cartpole-ppo] [--seconds S] [--rounds R] [--profile] [--encode-after]``.
+[--quick] [--preset cartpole-ppo] [--seconds S] [--rounds R] [--profile] [--encode-after]
+[--critic-pass]``.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import jsonl
 import numpy as np
@@ -52,6 +59,8 @@ from threadpoolctl import threadpool_limits
 
 from coach_stream.config import Preset, load_preset
 from coach_stream.envs import make_vector_env
+from coach_stream.policies.actors import _rows_of, compiled_kernels
+from coach_stream.policies.numpy_mlp import NumpyMLP
 from coach_stream.transport.admin import delete_run_topics, ensure_run_topics
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 from coach_stream.transport.writer import KafkaExperienceWriter
@@ -83,15 +92,41 @@ def bare_env(preset: Preset) -> Loop:
     return step
 
 
+class CriticPass:
+    """An MLP actor-critic's actor that also runs the critic on every act's observations
+    (after its ``NormalizingActor``'s standardising, where the preset normalises)."""
+
+    def __init__(self, actor: Any) -> None:
+        inner = getattr(actor, "inner", actor)
+        self.inner, self.kernels = inner, compiled_kernels()
+        critic = NumpyMLP(inner.net.critic)
+        if self.kernels is None:
+            raise SystemExit("--critic-pass needs numba (the compiled acts)")
+        self.layers = tuple(critic.layers)
+        self.activation = self.kernels.TANH if critic.tanh else self.kernels.RELU
+        real_act = inner.act
+
+        def act(obs: Any) -> Any:
+            action = real_act(obs)
+            self.kernels._mlp(_rows_of(obs, len(obs)), self.layers, self.activation)
+            return action
+
+        inner.act = act
+
+
 def worker(
-    preset: Preset, writer: object, with_env_only: bool = False, encode_after: bool = False
-) -> Loop:
+    preset: Preset, writer: object, with_env_only: bool = False, encode_after: bool = False,
+    critic_pass: bool = False,
+) -> Loop:  # fmt: skip
     """``RolloutWorker.act_share`` (or, ``with_env_only``, only its policy + env steps;
-    ``encode_after``: chunks emitted, then encoded, as without numba)."""
+    ``encode_after``: chunks emitted, then encoded, as without numba; ``critic_pass``: the
+    act also runs the critic, as before 2026-12-07 night)."""
     loop = bench_worker(preset, writer)
     envs, actor, settings = loop.envs, loop.actor, loop.settings
     if encode_after:
         loop.chunker._records = None  # the chunker's fallback when numba does not load
+    if critic_pass:
+        CriticPass(actor)
     loop.start()
     if not with_env_only:
         return loop.act_share
@@ -139,6 +174,10 @@ def main() -> int:
         help="also time the worker whose chunks are encoded after the chunker emits them",
     )  # fmt: skip
     parser.add_argument(
+        "--critic-pass", action="store_true",
+        help="also time the worker whose act runs the critic too (before 2026-12-07 night)",
+    )  # fmt: skip
+    parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
         help="preset override, e.g. rollout.num_envs=32 (the policy's cost per env step "
         "falls as one forward pass serves more envs)",
@@ -164,6 +203,8 @@ def main() -> int:
         loops["worker"] = worker(preset, writer)
         if args.encode_after:
             loops["worker_encode_after"] = worker(preset, writer, encode_after=True)
+        if args.critic_pass:
+            loops["worker_critic_pass"] = worker(preset, writer, critic_pass=True)
     try:
         rates = interleaved(loops, seconds, rounds)
         if args.profile:
@@ -179,7 +220,7 @@ def main() -> int:
         # of the medians when the machine's speed drifts between rounds
         paired = [v / b for v, b in zip(values, rates["bare_env"], strict=True)]
         extra = {}
-        if name == "worker_encode_after":
+        if name in ("worker_encode_after", "worker_critic_pass"):
             extra["worker_over_this"] = round(statistics.median(
                 [w / v for w, v in zip(rates["worker"], values, strict=True)]), 3)  # fmt: skip
         jsonl.emit(

@@ -61,9 +61,10 @@ class ExperienceChunk:
     in, and the last row is the observation after the last step (the bootstrap
     observation; when ``terminated[-1]`` it is the terminal observation). A chunk ends
     early when its episode ends, so ``terminated``/``truncated`` can only be true on the
-    last step. ``log_probs``/``values`` are the behaviour policy's outputs, present for
-    on-policy algorithms. ``episode_return``/``episode_length`` are set on the chunk that
-    ends an episode.
+    last step. ``log_probs`` are the behaviour policy's, present for on-policy algorithms.
+    ``values`` (its value estimates) is a wire field that this project's workers leave
+    empty since 2026-12-07, as nothing learns from it; older logs may hold it.
+    ``episode_return``/``episode_length`` are set on the chunk that ends an episode.
     """
 
     run_id: str
@@ -211,12 +212,16 @@ class Mode(enum.StrEnum):
 
 @dataclass(frozen=True)
 class Action:
-    """One step's actions for every env, with the behaviour columns on-policy learning needs."""
+    """One step's actions for every env, with the behaviour log-probabilities that PPO's
+    ratio and IMPALA's importance weights need.
+
+    No value estimates: PPO and IMPALA take V(x) from the network they learn with (the
+    version's own, for PPO), so a worker's critic pass would be CPU spent for nothing.
+    """
 
     actions: npt.NDArray[np.int64] | npt.NDArray[np.float32]
     """int64 (N,) for discrete actions; float32 (N, *action_shape) for continuous ones."""
     log_probs: npt.NDArray[np.float32] | None = None
-    values: npt.NDArray[np.float32] | None = None
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,8 @@ class Builder:
     preset_type: ClassVar[type[Preset]]
     """``Preset`` with the algorithm's section: its member of the presets' union."""
     behaviour: ClassVar[bool] = True
-    """Chunks carry the behaviour columns (log-probs and values: the on-policy learners)."""
+    """Chunks carry the behaviour log-probs (the on-policy learners; PPO's ratio, V-trace's
+    importance weights)."""
     refill: ClassVar[bool] = False
     """A resuming trainer re-reads the log into replay (the off-policy learners)."""
     data_parallel: ClassVar[bool] = False

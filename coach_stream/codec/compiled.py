@@ -33,9 +33,9 @@ from coach_stream.errors import EncodeError
 HEADER = MAGIC + V1_FINGERPRINT
 """Single-object marker and the v1 schema's fingerprint: what every record here starts with."""
 
-COLUMNS = ("observations", "actions", "rewards", "terminated", "truncated", "log_probs",
-           "values")  # fmt: skip
-"""The columns ``encode_records`` writes, in wire order."""
+COLUMNS = ("observations", "actions", "rewards", "terminated", "truncated", "log_probs")
+"""The columns ``encode_records`` writes, in wire order; ``values``, the next field, is
+always empty (no worker computes value estimates: ``core.Action``)."""
 META_FIELDS = tuple(FIELD_LIMITS)
 """The integer fields in wire order, as the columns of ``encode_records``'s ``meta``."""
 META_LIMITS = np.array(list(FIELD_LIMITS.values()), dtype=np.uint64)
@@ -43,7 +43,7 @@ META_LIMITS = np.array(list(FIELD_LIMITS.values()), dtype=np.uint64)
 _FIXED_BYTES = 1024
 """Per record, more than everything but the prefix and the column data can take (numba
 does not check bounds, so this is a bound, not an estimate): five metadata varints (10
-bytes each at most), seven tensor heads (a name of at most 8 bytes, a count, up to 8 dims
+bytes each at most), six tensor heads (a name of at most 8 bytes, a count, up to 8 dims
 of 10 bytes, the end, a length: at most 100), the optional fields (21) and the time (10)."""
 
 _ONE_AT_A_TIME = 1 << 18
@@ -93,8 +93,8 @@ def encode_records(
 ) -> Any:  # fmt: skip
     """Write record k (v1 body after ``prefix``) for each chunk k; the records' bounds.
 
-    ``meta``: (k, 5) int64 in ``META_FIELDS`` order; ``columns``: the seven columns
-    (observations, actions, rewards, terminated, truncated, log-probs, values), each its
+    ``meta``: (k, 5) int64 in ``META_FIELDS`` order; ``columns``: the six columns
+    (observations, actions, rewards, terminated, truncated, log-probs), each its
     bytes in one row-major run, ``widths`` bytes a row; ``names``: each one's encoded
     dtype name; ``dims``: each one's row shape. Chunk k is ``rows[k]`` rows from
     ``starts[k]``, then row k of ``bootstrap`` (bytes, one observation row each) closes its
@@ -119,8 +119,8 @@ def encode_records(
         pos = _head(out, pos, names[0], n + 1, dims[0], width)
         pos = _copy(out, pos, columns[0], starts[c] * width, n * width)
         pos = _copy(out, pos, bootstrap, c * width, width)
-        for j in range(1, 7):
-            if j >= 5:  # log-probs and values: a union of null and a tensor
+        for j in range(1, 6):
+            if j == 5:  # log-probs: a union of null and a tensor
                 if not behaviour:
                     out[pos] = 0
                     pos += 1
@@ -130,6 +130,8 @@ def encode_records(
             width = widths[j]
             pos = _head(out, pos, names[j], n, dims[j], width)
             pos = _copy(out, pos, columns[j], starts[c] * width, n * width)
+        out[pos] = 0  # values: null
+        pos += 1
         if ended[c]:
             out[pos] = 2
             _copy(out, pos + 1, returns, 8 * c, 8)
@@ -169,7 +171,7 @@ class ColumnLayout:
 class RecordWriter:
     """v1 records of one run's chunks, written from one chunker's columns (``encode_records``).
 
-    ``columns``: the chunker's seven columns (``encode_records``), each (rows, *row shape)
+    ``columns``: the chunker's six columns (``encode_records``), each (rows, *row shape)
     and C-contiguous; they are read where they lie, at every ``write``.
     """
 
@@ -241,7 +243,7 @@ class RecordWriter:
 
 def warm_up() -> None:
     """Compile (or load) ``encode_records``'s one signature: the one chunkers call it with."""
-    columns = tuple(np.zeros((4, 2), np.float32) for _ in range(7))
+    columns = tuple(np.zeros((4, 2), np.float32) for _ in COLUMNS)
     writer = RecordWriter("warm-up", columns)
     one = np.ones(1, np.int64)
     writer.write(np.zeros((1, 5), np.int64), one, one, np.zeros((1, 2), np.float32), True,

@@ -2,7 +2,8 @@
 
 A rollout worker holds one actor and calls ``act`` once per vector-env step with the whole
 batch of observations (one forward pass for all envs). PPO samples from its categorical
-policy and reports the behaviour log-prob and value; DQN acts epsilon-greedily, with an
+policy and reports the behaviour log-prob (no value: the learners compute their own, so
+no actor runs a critic); DQN acts epsilon-greedily, with an
 epsilon derived from the env steps the trainer had consumed when it published the version
 (so every worker follows the same schedule without talking to the others). ``greedy``
 actors (the evaluator) take the arg-max and never explore. Each algorithm's builder
@@ -32,7 +33,7 @@ from coach_stream.policies.networks import (
     QNetwork,
     SquashedGaussianActor,
 )
-from coach_stream.policies.numpy_mlp import NumpyActorCritic, NumpyMLP
+from coach_stream.policies.numpy_mlp import NumpyMLP
 
 _HALF_LOG_STD_RANGE = np.float32(0.5 * (LOG_STD_MAX - LOG_STD_MIN))
 _log = logging.getLogger(__name__)
@@ -90,10 +91,10 @@ class PPOActor(_SamplingActor[ActorCritic]):
     def __init__(self, net: ActorCritic, greedy: bool, seed: int, compiled: bool = True) -> None:
         super().__init__(net, greedy, seed)
         self._rng = np.random.default_rng(seed)
-        self._numpy: NumpyActorCritic | None = None  # (logits, values)
+        self._numpy: NumpyMLP | None = None  # the actor's logits
         self._use_compiled = compiled and not greedy
         self._kernels: ModuleType | None = None  # loaded with the first MLP version
-        self._layers: tuple[tuple[Any, ...], tuple[Any, ...]] = ((), ())
+        self._layers: tuple[Any, ...] = ()
         self._rows = np.arange(0)
 
     @property
@@ -104,8 +105,8 @@ class PPOActor(_SamplingActor[ActorCritic]):
     def load(self, policy: LoadedPolicy) -> None:
         super().load(policy)
         if self.net.encoder is None:
-            self._numpy = NumpyActorCritic(self.net.actor, self.net.critic)
-            self._layers = tuple(self._numpy.actor.layers), tuple(self._numpy.critic.layers)
+            self._numpy = NumpyMLP(self.net.actor)
+            self._layers = tuple(self._numpy.layers)
             if self._use_compiled and self._kernels is None:  # numba only where it acts
                 self._kernels = compiled_kernels()
 
@@ -124,22 +125,19 @@ class PPOActor(_SamplingActor[ActorCritic]):
             flat = flat.copy()
         u = self._rng.random(n, dtype=np.float32)  # the numpy act's one draw per act
         actions, log_probs = np.empty(n, np.int64), np.empty(n, np.float32)
-        values = np.empty(n, np.float32)
-        activation = self._kernels.TANH if self._numpy.actor.tanh else self._kernels.RELU
-        actor, critic = self._layers
-        outputs = actions, log_probs, values
+        activation = self._kernels.TANH if self._numpy.tanh else self._kernels.RELU
         try:
-            self._kernels.categorical_act(flat, actor, critic, activation, u, *outputs)
+            self._kernels.categorical_act(flat, self._layers, activation, u, actions, log_probs)
         except Exception as error:  # e.g. LLVM refusing to compile: never a restart loop
             _log.warning("acting in numpy from now on: the compiled act failed (%s)", error)
             self._kernels, self._use_compiled = None, False
             return self._act_numpy(obs)
-        return Action(actions=actions, log_probs=log_probs, values=values)
+        return Action(actions=actions, log_probs=log_probs)
 
     def _act_numpy(self, obs: npt.NDArray[np.generic]) -> Action:
         assert self._numpy is not None
         n = len(obs)
-        logits, values = self._numpy(np.asarray(obs, dtype=np.float32).reshape(n, -1))
+        logits = self._numpy(np.asarray(obs, dtype=np.float32).reshape(n, -1))
         if self.greedy:
             return Action(actions=logits.argmax(-1).astype(np.int64))
         # Every numpy call costs ~1-2 us on 8 rows, as much as its work: the fewest calls
@@ -157,20 +155,18 @@ class PPOActor(_SamplingActor[ActorCritic]):
             self._rows = np.arange(n)
         log_probs = shifted[self._rows, actions]
         log_probs -= np.log(total)
-        return Action(actions=actions, log_probs=log_probs, values=values)
+        return Action(actions=actions, log_probs=log_probs)
 
     @torch.no_grad()
     def _act_torch(self, obs: npt.NDArray[np.generic]) -> Action:
         x = torch.as_tensor(obs)  # frames stay uint8: the network converts and scales them
         if self.greedy:
             return Action(actions=self.net.logits(x).argmax(-1).numpy().astype(np.int64))
-        logits, values = self.net.logits_and_value(x)
-        log_p = torch.log_softmax(logits, dim=-1)
+        log_p = torch.log_softmax(self.net.logits(x), dim=-1)
         actions = torch.multinomial(log_p.exp(), 1, generator=self._generator).squeeze(-1)
         return Action(
             actions=actions.numpy().astype(np.int64),
             log_probs=log_p.gather(-1, actions[:, None]).squeeze(-1).numpy().astype(np.float32),
-            values=values.numpy().astype(np.float32),
         )
 
 
@@ -221,8 +217,8 @@ class DQNActor:
 class GaussianPPOActor(_SamplingActor[GaussianActorCritic]):
     """Samples PPO's diagonal Gaussian (its mean when greedy); the env clips to bounds.
 
-    The mean and the value come from numpy (``NumpyActorCritic``, refreshed at every
-    version), as ``PPOActor``'s do: on HalfCheetah's one env a worker's torch act cost about
+    The mean comes from numpy (``NumpyMLP``, refreshed at every version), as ``PPOActor``'s
+    logits do: on HalfCheetah's one env a worker's torch act cost about
     as much CPU as the MuJoCo step itself (``bench/rollout.py``). Sampling, it acts in one
     compiled call (``policies.compiled.gaussian_act``) where numba loads, from the same
     normal draws as the numpy act.
@@ -246,9 +242,9 @@ class GaussianPPOActor(_SamplingActor[GaussianActorCritic]):
         self._refresh()
 
     def _refresh(self) -> None:
-        self._numpy = NumpyActorCritic(self.net.actor_mean, self.net.critic)
+        self._numpy = NumpyMLP(self.net.actor_mean)
         self._log_std = self.net.actor_logstd.detach().numpy().reshape(-1).copy()
-        self._layers = tuple(self._numpy.actor.layers), tuple(self._numpy.critic.layers)
+        self._layers = tuple(self._numpy.layers)
 
     def act(self, obs: npt.NDArray[np.generic]) -> Action:
         n = len(obs)
@@ -258,7 +254,7 @@ class GaussianPPOActor(_SamplingActor[GaussianActorCritic]):
             except Exception as error:  # e.g. LLVM refusing to compile: never a restart loop
                 _log.warning("acting in numpy from now on: the compiled act failed (%s)", error)
                 self._kernels = None
-        mean, values = self._numpy(np.asarray(obs, dtype=np.float32).reshape(n, -1))
+        mean = self._numpy(np.asarray(obs, dtype=np.float32).reshape(n, -1))
         shape = (n, *self.net.action_shape)
         if self.greedy:
             return Action(actions=mean.reshape(shape).copy())
@@ -266,23 +262,19 @@ class GaussianPPOActor(_SamplingActor[GaussianActorCritic]):
         sample = mean + np.exp(self._log_std) * noise
         # log N(sample; mean, std): (sample - mean) / std is the noise itself
         log_probs = (-0.5 * noise * noise - self._log_std - HALF_LOG_2PI).sum(-1)
-        return Action(
-            actions=sample.reshape(shape),
-            log_probs=log_probs.astype(np.float32),
-            values=values.copy(),
-        )
+        return Action(actions=sample.reshape(shape), log_probs=log_probs.astype(np.float32))
 
     def _act_compiled(self, flat: npt.NDArray[np.float32]) -> Action:
         assert self._kernels is not None
         n, dims = len(flat), self._log_std.size
         noise = self._rng.standard_normal((n, dims), dtype=np.float32)  # the numpy act's draw
         actions = np.empty((n, dims), np.float32)
-        log_probs, values = np.empty(n, np.float32), np.empty(n, np.float32)
-        activation = self._kernels.TANH if self._numpy.actor.tanh else self._kernels.RELU
-        self._kernels.gaussian_act(flat, *self._layers, activation, self._log_std, noise,
-                                   actions, log_probs, values)  # fmt: skip
+        log_probs = np.empty(n, np.float32)
+        activation = self._kernels.TANH if self._numpy.tanh else self._kernels.RELU
+        self._kernels.gaussian_act(flat, self._layers, activation, self._log_std, noise,
+                                   actions, log_probs)  # fmt: skip
         shape = (n, *self.net.action_shape)
-        return Action(actions=actions.reshape(shape), log_probs=log_probs, values=values)
+        return Action(actions=actions.reshape(shape), log_probs=log_probs)
 
 
 def _rows_of(obs: npt.NDArray[np.generic], n: int) -> npt.NDArray[np.float32]:

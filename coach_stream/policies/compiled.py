@@ -2,12 +2,13 @@
 
 ``PPOActor``'s numpy act costs about 25 numpy calls per step, each ~1-2 us on a few rows,
 and between env steps that code runs cold: on CartPole's 8 envs the act took 0.37 of the
-worker's env + policy CPU. Here both MLPs' passes, the softmax, the inverse-CDF draw from
-the uniforms given and the chosen action's log-probability are one compiled call
+worker's env + policy CPU. Here the actor MLP's pass, the softmax, the inverse-CDF draw
+from the uniforms given and the chosen action's log-probability are one compiled call
 (``categorical_act``; ``bench/compiled_act.py``: 0.63 -> 0.80 of the bare env for env +
 policy on CartPole). PPO's diagonal Gaussian (``gaussian_act``) and SAC's squashed Gaussian
 (``squashed_gaussian_act``) are compiled the same way, from the normal draws their numpy
-acts take (SAC's act on HalfCheetah: 41 -> 18 us).
+acts take (SAC's act on HalfCheetah: 41 -> 18 us). No act runs the critic: the learners
+take V(x) from their own network (``core.Action``).
 
 The arithmetic is the numpy act's, in float32, with one difference: tanh is Eigen's fast
 float tanh (a 13/6 rational, clamped at +-7.9, within a few ulp of libm's), because LLVM
@@ -132,13 +133,11 @@ def _mlp(x: Any, layers: Any, activation: int) -> Any:
 
 @numba.njit(error_model="numpy", cache=True)
 def categorical_act(
-    obs: Any, actor: Any, critic: Any, activation: int, u: Any,
-    actions: Any, log_probs: Any, values: Any,
-) -> None:  # fmt: skip
-    """Each row's action drawn by inverse CDF of its softmax at ``u`` (in [0, 1)); its
-    log-probability and the critic's value, written into the three output arrays."""
+    obs: Any, actor: Any, activation: int, u: Any, actions: Any, log_probs: Any
+) -> None:
+    """Each row's action drawn by inverse CDF of its softmax at ``u`` (in [0, 1)) and its
+    log-probability, written into the two output arrays."""
     logits = _mlp(obs, actor, activation)
-    v = _mlp(obs, critic, activation)
     for i in range(logits.shape[0]):
         row = logits[i]
         top = row.max()
@@ -153,25 +152,22 @@ def categorical_act(
                 break
         actions[i] = chosen
         log_probs[i] = row[chosen] - top - np.log(total)
-        values[i] = v[i, 0]
 
 
 @numba.njit(fastmath=True, error_model="numpy", cache=True)
 def gaussian_act(
-    obs: Any, actor: Any, critic: Any, activation: int, log_std: Any, noise: Any,
-    actions: Any, log_probs: Any, values: Any,
+    obs: Any, actor: Any, activation: int, log_std: Any, noise: Any, actions: Any,
+    log_probs: Any,
 ) -> None:  # fmt: skip
-    """PPO's diagonal Gaussian: each row's action ``mean + exp(log_std) * noise``, its
-    log-density (the standardised sample is the noise itself) and the critic's value."""
+    """PPO's diagonal Gaussian: each row's action ``mean + exp(log_std) * noise`` and its
+    log-density (the standardised sample is the noise itself)."""
     mean = _mlp(obs, actor, activation)
-    v = _mlp(obs, critic, activation)
     for i in range(mean.shape[0]):
         total = _ZERO
         for d in range(mean.shape[1]):
             actions[i, d] = mean[i, d] + np.exp(log_std[d]) * noise[i, d]
             total += np.float32(-0.5) * noise[i, d] * noise[i, d] - log_std[d]
         log_probs[i] = total - mean.shape[1] * _HALF_LOG_2PI
-        values[i] = v[i, 0]
 
 
 @numba.njit(fastmath=True, error_model="numpy", cache=True)
@@ -196,11 +192,11 @@ def warm_up() -> None:
     for depth in range(1, 5):
         layer = np.zeros((2, 2), np.float32), np.zeros(2, np.float32)
         layers = (layer,) * depth
-        out = np.empty(1, np.int64), np.empty(1, np.float32), np.empty(1, np.float32)
+        out = np.empty(1, np.int64), np.empty(1, np.float32)
         obs, u = np.zeros((1, 2), np.float32), np.zeros(1, np.float32)
-        categorical_act(obs, layers, layers, TANH, u, *out)
+        categorical_act(obs, layers, TANH, u, *out)
         sample, one = np.empty((1, 2), np.float32), np.zeros(2, np.float32)
-        gaussian_act(obs, layers, layers, TANH, one, sample.copy(), sample, *out[1:])
+        gaussian_act(obs, layers, TANH, one, sample.copy(), sample, out[1])
         squashed = np.empty((1, 1), np.float32)
         squashed_gaussian_act(obs, layers, RELU, squashed.copy(), one[:1], one[:1], squashed)
 

@@ -98,7 +98,6 @@ class Chunker:
         self._terminated = np.zeros((n, t), dtype=np.bool_)
         self._truncated = np.zeros((n, t), dtype=np.bool_)
         self._log_probs = np.zeros((n, t), dtype=np.float32)
-        self._values = np.zeros((n, t), dtype=np.float32)
         self._episode_return = np.zeros(n, dtype=np.float64)
         self._chunk_seq = np.zeros(n, dtype=np.int64)
         self._chunk_start = np.zeros(n, dtype=np.int64)  # episode step of the open chunk's first
@@ -107,7 +106,7 @@ class Chunker:
         self._flat = [
             a.reshape(n * t, *a.shape[2:])
             for a in (self._obs, self._actions, self._rewards, self._terminated,
-                      self._truncated, self._log_probs, self._values)
+                      self._truncated, self._log_probs)
         ]  # fmt: skip
         self._row0 = np.arange(n) * t
         self._row_end = self._row0 + t
@@ -181,7 +180,7 @@ class Chunker:
             step = self._step_compiled(action, rewards, terminated, truncated, next_obs)
             return [] if step is None else self._emit_ready(*step, self._started(), infos)
         last_obs, at = self._started(), self._at
-        obs, actions, rewards_col, terminated_col, truncated_col, log_probs, values = self._flat
+        obs, actions, rewards_col, terminated_col, truncated_col, log_probs = self._flat
         obs[at] = last_obs
         actions[at] = action.actions
         rewards_col[at] = rewards
@@ -189,8 +188,6 @@ class Chunker:
         truncated_col[at] = truncated
         if action.log_probs is not None:
             log_probs[at] = action.log_probs
-        if action.values is not None:
-            values[at] = action.values
         at += 1
         self._episode_return += rewards
         self._last_obs = next_obs = np.asarray(next_obs)
@@ -226,11 +223,10 @@ class Chunker:
             np.ascontiguousarray(a, dtype=column.dtype).view(np.uint8).reshape(n, -1)
             for a, column in ((last_obs, self._obs), (action.actions, self._actions))
         ]
-        behaviour = action.log_probs is not None and action.values is not None
+        behaviour = action.log_probs is not None
         step = (*as_bytes, np.asarray(rewards, dtype=np.float64),
                 np.asarray(terminated, dtype=np.bool_), np.asarray(truncated, dtype=np.bool_),
-                action.log_probs if behaviour else self._no_behaviour,
-                action.values if behaviour else self._no_behaviour)  # fmt: skip
+                action.log_probs if behaviour else self._no_behaviour)  # fmt: skip
         done = self._done
         any_done, room = self._record(
             self._at, self._row_end, self._byte_rows, step, behaviour, self._episode_return, done
@@ -354,7 +350,6 @@ class Chunker:
             terminated=self._terminated[i, :n].copy(),
             truncated=self._truncated[i, :n].copy(),
             log_probs=self._log_probs[i, :n].copy() if self.behaviour else None,
-            values=self._values[i, :n].copy() if self.behaviour else None,
             episode_return=float(self._episode_return[i]) if ended else None,
             episode_length=length if ended else None,
             created_at_ms=int(time.time() * 1000),

@@ -1,6 +1,6 @@
 """The chunker's per-step writes in one numba call (``Chunker.add``'s hot half).
 
-A vector step writes every env's row into seven columns and folds the step into the
+A vector step writes every env's row into six columns and folds the step into the
 episodes' returns and done flags: about a dozen numpy calls, each ~1-2 us, and run cold
 between env steps. Here they are one call: 1.05-1.07x a CartPole worker's env steps per
 CPU-second (docs/performance.md, "The compiled act"). Observations and actions travel as
@@ -40,10 +40,10 @@ def record_step(
     any open chunk still has room for).
 
     ``rows``: the columns (observation bytes, action bytes, rewards, terminated, truncated,
-    log-probs, values); ``step``: this step's values for each, one row per env.
+    log-probs); ``step``: this step's entries for each, one row per env.
     """
-    obs_col, act_col, reward_col, term_col, trunc_col, lp_col, value_col = rows
-    obs, actions, rewards, terminated, truncated, log_probs, values = step
+    obs_col, act_col, reward_col, term_col, trunc_col, lp_col = rows
+    obs, actions, rewards, terminated, truncated, log_probs = step
     any_done, room = False, row_end[0] - at[0]
     for i in range(at.shape[0]):
         r = at[i]
@@ -56,7 +56,6 @@ def record_step(
         trunc_col[r] = truncated[i]
         if behaviour:
             lp_col[r] = log_probs[i]
-            value_col[r] = values[i]
         at[i] = r + 1
         episode_return[i] += rewards[i]
         ended = terminated[i] or truncated[i]
@@ -109,11 +108,9 @@ def warm_up() -> None:
     n = 2
     at, row_end = np.zeros(n, np.int64), np.full(n, 4, np.int64)
     rows = (np.zeros((8, 3), np.uint8), np.zeros((8, 8), np.uint8), np.zeros(8, np.float32),
-            np.zeros(8, np.bool_), np.zeros(8, np.bool_), np.zeros(8, np.float32),
-            np.zeros(8, np.float32))  # fmt: skip
+            np.zeros(8, np.bool_), np.zeros(8, np.bool_), np.zeros(8, np.float32))  # fmt: skip
     step = (np.zeros((n, 3), np.uint8), np.zeros((n, 8), np.uint8), np.zeros(n, np.float64),
-            np.zeros(n, np.bool_), np.zeros(n, np.bool_), np.zeros(n, np.float32),
-            np.zeros(n, np.float32))  # fmt: skip
+            np.zeros(n, np.bool_), np.zeros(n, np.bool_), np.zeros(n, np.float32))  # fmt: skip
     record_step(at, row_end, rows, step, True, np.zeros(n, np.float64), np.zeros(n, np.bool_))
     at[:] = 2
     close_chunks(

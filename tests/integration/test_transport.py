@@ -506,8 +506,7 @@ def test_a_chunkers_records_travel_and_read_back_as_the_chunks_it_cuts(
         out: list[Any] = []
         for _ in range(10):
             done = rng.random(envs) < 0.2
-            behaviour = rng.random((2, envs)).astype(np.float32)
-            action = Action(rng.integers(0, 2, envs), behaviour[0], behaviour[1])
+            action = Action(rng.integers(0, 2, envs), rng.random(envs).astype(np.float32))
             infos = {"final_obs": rng.random((envs, 4)).astype(np.float32), "_final_obs": done}
             obs = rng.random((envs, 4)).astype(np.float32)
             out += add(action, rng.random(envs), done, np.zeros(envs, bool), obs, infos)

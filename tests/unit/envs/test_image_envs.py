@@ -61,7 +61,7 @@ def test_frames_travel_as_uint8_bytes_from_env_to_replay() -> None:
     for _ in range(8):
         actions = np.array([2, 1], dtype=np.int64)
         obs, rewards, term, trunc, infos = envs.step(actions)
-        action = Action(actions, np.zeros(2, np.float32), np.zeros(2, np.float32))
+        action = Action(actions, np.zeros(2, np.float32))
         chunks += chunker.add(action, rewards, term, trunc, obs, infos)
     envs.close()
     assert chunks

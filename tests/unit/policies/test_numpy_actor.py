@@ -17,7 +17,7 @@ from coach_stream.policies.networks import (
     SquashedGaussianActor,
     normal_log_prob,
 )
-from coach_stream.policies.numpy_mlp import NumpyActorCritic, NumpyMLP
+from coach_stream.policies.numpy_mlp import NumpyMLP
 
 BOX = EnvShape((3,), 2, action_shape=(2,), action_low=(-2.0, 0.0), action_high=(2.0, 1.0))
 
@@ -37,39 +37,8 @@ def test_numpy_mlp_is_the_torch_mlp(activation: str) -> None:
     np.testing.assert_allclose(NumpyMLP(net.actor)(x), logits.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(NumpyMLP(net.critic)(x)[:, 0], values.numpy(), rtol=1e-5, atol=1e-6)
 
-    both = NumpyMLP.side_by_side(net.actor, net.critic)(x)
-    np.testing.assert_allclose(both[:, :3], logits.numpy(), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(both[:, 3], values.numpy(), rtol=1e-5, atol=1e-6)
 
-
-@pytest.mark.parametrize("rows", [1, 64])  # one pass, then two (64 x 64^2 > the limit)
-def test_an_actor_critic_gives_the_same_outputs_in_one_pass_or_two(rows: int) -> None:
-    torch.manual_seed(3)
-    net = ActorCritic(EnvShape((5,), 3), NetworkConfig(hidden_sizes=(64, 64)))
-    pair = NumpyActorCritic(net.actor, net.critic)
-    x = np.random.default_rng(rows).normal(size=(rows, 5)).astype(np.float32)
-    with torch.no_grad():
-        logits, values = net.logits_and_value(torch.as_tensor(x))
-    one_pass = rows * 64**2 <= NumpyActorCritic.SIDE_BY_SIDE_MAX_WORK
-    assert one_pass == (rows == 1)
-    got_logits, got_values = pair(x)
-    np.testing.assert_allclose(got_logits, logits.numpy(), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(got_values, values.numpy(), rtol=1e-5, atol=1e-6)
-    narrower = ActorCritic(EnvShape((5,), 3), NetworkConfig(hidden_sizes=(16, 16)))
-    assert NumpyActorCritic(net.actor, narrower.critic).both is not None
-    shallow = ActorCritic(EnvShape((5,), 3), NetworkConfig(hidden_sizes=(16,)))
-    mixed = NumpyActorCritic(net.actor, shallow.critic)  # two depths: two passes always
-    assert mixed.both is None and mixed(x)[1].shape == (rows,)
-
-
-def test_side_by_side_refuses_mlps_of_different_depths() -> None:
-    net = ActorCritic(EnvShape((5,), 3), NetworkConfig(hidden_sizes=(16, 8)))
-    other = ActorCritic(EnvShape((5,), 3), NetworkConfig(hidden_sizes=(16,)))
-    with pytest.raises(TypeError, match="same depth"):
-        NumpyMLP.side_by_side(net.actor, other.critic)
-
-
-def test_log_probs_and_values_are_the_networks_and_actions_follow_its_probabilities() -> None:
+def test_log_probs_are_the_networks_and_actions_follow_its_probabilities() -> None:
     torch.manual_seed(1)
     net = ActorCritic(EnvShape((4,), 3), NetworkConfig())
     with torch.no_grad():  # a policy far from uniform, so a wrong sampler shows
@@ -79,15 +48,14 @@ def test_log_probs_and_values_are_the_networks_and_actions_follow_its_probabilit
     obs = np.tile(np.array([[0.3, -0.2, 0.1, 0.5]], dtype=np.float32), (20_000, 1))
     action = actor.act(obs)
     with torch.no_grad():
-        logits, values = net.logits_and_value(torch.as_tensor(obs[:1]))
+        logits = net.logits(torch.as_tensor(obs[:1]))
     probs = torch.softmax(logits, -1).numpy()[0]
     log_p = torch.log_softmax(logits, -1).numpy()[0]
     assert action.actions.dtype == np.int64 and set(np.unique(action.actions)) <= {0, 1, 2}
     frequencies = np.bincount(action.actions, minlength=3) / len(obs)
     np.testing.assert_allclose(frequencies, probs, atol=0.015)
-    assert action.log_probs is not None and action.values is not None
+    assert action.log_probs is not None
     np.testing.assert_allclose(action.log_probs, log_p[action.actions], rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(action.values, values.numpy()[0], rtol=1e-5, atol=1e-6)
 
 
 def test_greedy_takes_the_mode_and_a_new_version_replaces_the_numpy_weights() -> None:
@@ -122,7 +90,7 @@ def test_the_same_seed_acts_the_same_and_frames_stay_on_torch() -> None:
     assert frames.act(np.zeros((2, 7, 7, 3), dtype=np.uint8)).actions.shape == (2,)
 
 
-def test_gaussian_ppo_acts_the_networks_gaussian_with_its_log_probs_and_values() -> None:
+def test_gaussian_ppo_acts_the_networks_gaussian_with_its_log_probs() -> None:
     torch.manual_seed(5)
     net = GaussianActorCritic(BOX, NetworkConfig(hidden_sizes=(16, 16)))
     with torch.no_grad():
@@ -137,13 +105,11 @@ def test_gaussian_ppo_acts_the_networks_gaussian_with_its_log_probs_and_values()
     with torch.no_grad():
         mean, log_std = net.mean_and_log_std(x)
         log_prob = normal_log_prob(torch.as_tensor(action.actions), mean, log_std).sum(-1)
-        value = net.get_value(x)
     assert action.actions.shape == (40_000, 2) and action.actions.dtype == np.float32
     np.testing.assert_allclose(action.actions.mean(0), mean[0].numpy(), atol=0.03)
     np.testing.assert_allclose(action.actions.std(0), [np.exp(-1.0), np.exp(0.5)], rtol=0.02)
-    assert action.log_probs is not None and action.values is not None
+    assert action.log_probs is not None
     np.testing.assert_allclose(action.log_probs, log_prob.numpy(), rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(action.values, value.numpy(), rtol=1e-5, atol=1e-5)
     greedy = GaussianPPOActor(
         GaussianActorCritic(BOX, NetworkConfig(hidden_sizes=(16, 16))), True, 0
     )

@@ -37,8 +37,8 @@ def random_steps(
     for _ in range(count):
         terminated = rng.random(num_envs) < 0.08
         truncated = ~terminated & (rng.random(num_envs) < 0.04)
-        columns = (draw((), np.float32), draw((), np.float32)) if behaviour else ()
-        action = Action(draw(action_shape, action_dtype), *columns)
+        log_probs = draw((), np.float32) if behaviour else None
+        action = Action(draw(action_shape, action_dtype), log_probs)
         infos = {"final_obs": draw(obs_shape, obs_dtype), "_final_obs": terminated | truncated}
         next_obs = draw(obs_shape, next_dtype or obs_dtype)
         yield action, rng.normal(size=num_envs), terminated, truncated, next_obs, infos

@@ -23,7 +23,7 @@ def _run(steps: int, chunk_steps: int, num_envs: int = 3) -> tuple[list[Any], li
     trace: list[Any] = []
     for _ in range(steps):
         actions = rng.integers(0, 2, num_envs)
-        action = Action(actions, np.full(num_envs, -0.5, np.float32), np.ones(num_envs, np.float32))
+        action = Action(actions, np.full(num_envs, -0.5, np.float32))
         before = chunker.last_obs.copy()
         obs, rewards, term, trunc, infos = envs.step(actions)
         trace.append((before, actions, term.copy(), infos.get("final_obs")))

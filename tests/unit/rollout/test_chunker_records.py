@@ -102,6 +102,6 @@ def test_the_memory_log_holds_the_records_chunks_and_refuses_a_mislabelled_one()
 def test_the_record_writer_refuses_columns_it_cannot_read_where_they_lie() -> None:
     column = np.zeros((4, 2), np.float32)
     with pytest.raises(ValueError, match="C-contiguous"):
-        RecordWriter("r", (column[:, :1], *(column,) * 6))  # a strided view
+        RecordWriter("r", (column[:, :1], *(column,) * 5))  # a strided view
     with pytest.raises(EncodeError, match="does not carry"):
-        RecordWriter("r", (column.astype(">f4"), *(column,) * 6))  # big-endian
+        RecordWriter("r", (column.astype(">f4"), *(column,) * 5))  # big-endian

@@ -82,5 +82,4 @@ def test_actor_writes_behaviour_columns_exactly_when_the_worker_keeps_them(name:
     action = actor.act(np.zeros((3, 4), np.float32))
     keeps = builder.make_worker_settings("r", 0).behaviour
     assert (action.log_probs is not None) == keeps
-    assert (action.values is not None) == keeps
     assert action.actions.shape == (3,)

@@ -35,7 +35,7 @@ def test_chunks_of_every_preset_env_fit_the_spec_the_trainer_builds(preset: str)
     chunks = []
     for _ in range(120):
         actions = rng.integers(0, shape.num_actions, 3)
-        action = Action(actions, np.full(3, -0.7, np.float32), np.zeros(3, np.float32))
+        action = Action(actions, np.full(3, -0.7, np.float32))
         obs, rewards, terminated, truncated, infos = envs.step(actions)
         chunks += chunker.add(action, rewards, terminated, truncated, obs, infos)
     chunks += chunker.flush()
