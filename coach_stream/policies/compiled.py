@@ -186,6 +186,20 @@ def squashed_gaussian_act(
             actions[i, d] = squashed * scale[d] + bias[d]
 
 
+@numba.njit(error_model="numpy", cache=True)
+def standardize(obs: Any, mean: Any, std: Any, clip: float, out: Any) -> None:
+    """``out`` (float32) = ``(obs - mean) / std`` clipped to +-``clip``, computed in float64:
+    numpy's ``Statistics.observations`` to the bit (no fast-math; NaN stays NaN)."""
+    for i in range(obs.shape[0]):
+        for j in range(obs.shape[1]):
+            x = (np.float64(obs[i, j]) - mean[j]) / std[j]
+            if x < -clip:
+                x = -clip
+            elif x > clip:
+                x = clip
+            out[i, j] = np.float32(x)
+
+
 def warm_up() -> None:
     """Compile (or load) each act for float32 MLPs of 1 to 4 layers, filling numba's cache
     so that no task compiles on its first step."""
@@ -199,6 +213,9 @@ def warm_up() -> None:
         gaussian_act(obs, layers, TANH, one, sample.copy(), sample, out[1])
         squashed = np.empty((1, 1), np.float32)
         squashed_gaussian_act(obs, layers, RELU, squashed.copy(), one[:1], one[:1], squashed)
+    for dtype in (np.float32, np.float64):  # observations as the envs give them
+        scaled = np.empty((1, 2), np.float32)
+        standardize(np.zeros((1, 2), dtype), np.zeros(2), np.ones(2), 5.0, scaled)
 
 
 if __name__ == "__main__":
