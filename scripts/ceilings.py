@@ -39,34 +39,38 @@ class Row:
 PATHS = (
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, CartPole (`cartpole-ppo`, 8 envs), "
           "env steps per CPU-second", "the bare vector env, random actions",
-          "the act (~15 % of the bare step warm: two 64x64 MLPs on 8 rows) and the env run "
-          "colder between our steps (78-95 us in the loop, 61-67 bare), then the chunker (its "
-          "step writes, and since 2026-12-07 evening each step's finished chunks closed and "
-          "encoded from its columns in numba: 1.13x the worker that encoded its chunks "
-          "after, paired) and producing (4-5 us a step). Runs on 2026-12-07 read 0.547-0.697 "
-          "(two machines): the machine's speed moves this row more than the changes do",
+          "the chunker (its step writes and the closes of ~0.4 chunks a step, encoded from its "
+          "columns) and producing (4-5 us a step), then the act (the actor's 64x64 MLP on 8 "
+          "rows; since 2026-12-07 night no critic pass: 1.055x the worker that ran it, "
+          "paired) and the env run colder between our steps (78-95 us in the loop, 61-67 "
+          "bare). Runs on 2026-12-07 read 0.51-0.73 (three machines): the machine's speed "
+          "moves this row more than the changes do",
           num_envs=8, preset="cartpole-ppo"),
     Row("rollout", "env_policy_steps_per_cpu_s", "env + policy only (no chunker, codec or Kafka)",
           "the bare vector env", "the compiled act's call and its arrays, run cold between "
-          "env steps (numpy's act, about 25 calls: 0.59-0.69)",
+          "env steps (numpy's act, about 25 calls: 0.59-0.69; 0.805-0.87 since the critic "
+          "pass went, 2026-12-07 night)",
           num_envs=8, preset="cartpole-ppo"),
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, CartPole, 32 envs "
           "(`--set rollout.num_envs=32`)", "the bare vector env, random actions",
-          "the act (44 us of a ~385 us vector step in the loop), the chunker (48: its step "
-          "writes and the closes of ~2.4 chunks a step, encoded from its columns since "
-          "2026-12-07 evening: 1.11x the worker that encoded after, paired) and producing "
-          "(13). Runs on 2026-12-07 read 0.543-0.785 (two machines)",
+          "the chunker (48 us of a ~385 us vector step in the loop: its step writes and the "
+          "closes of ~2.4 chunks a step, encoded from its columns since 2026-12-07 evening: "
+          "1.11x the worker that encoded after, paired), the act (the actor's MLP alone since "
+          "2026-12-07 night: 1.054x the worker that also ran the critic, paired) and "
+          "producing (13). Runs on 2026-12-07 read 0.543-1.0 (three machines)",
           num_envs=32,
           preset="cartpole-ppo"),
     Row("rollout", "env_policy_steps_per_cpu_s", "env + policy only, 32 envs",
           "the bare vector env", "the compiled act, 45 us on 32 rows against 110 for the "
-          "numpy act (its 64x64 layers vectorised over outputs, two rows at a time)",
+          "numpy act (its 64x64 layers vectorised over outputs, two rows at a time), the "
+          "actor's MLP alone since 2026-12-07 night",
           num_envs=32,
           preset="cartpole-ppo"),
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, LunarLander (`lunarlander-ppo`, "
           "8 envs): an env that costs more per step", "the bare vector env, random actions",
           "a Box2D step costs ~8x CartPole's, so the compiled act, the chunker and the "
-          "producer are a few per cent of it (0.775 with the numpy act)", num_envs=8,
+          "producer are a few per cent of it (0.775 with the numpy act; 1.024x the worker "
+          "that also ran the critic, paired, 2026-12-07 night)", num_envs=8,
           preset="lunarlander-ppo"),
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, LunarLander, 32 envs",
           "the bare vector env, random actions", "the chunker's emits and the producer, "
@@ -77,18 +81,20 @@ PATHS = (
           "Gaussian's sampling, 34 us warm, about twice that between MuJoCo steps; a "
           "compiled act exists but is off, docs/performance.md) and the chunker's row "
           "writes (~10 us) alone. 0.627 on 2026-12-07 afternoon's machine (MuJoCo 165 us a "
-          "step), 0.517 on the evening's (73 us): our Python did not speed up as much", num_envs=1, preset="halfcheetah-sac"),
+          "step), 0.517 on the evening's (73 us), 0.623 at night's (~95 us): our Python "
+          "does not speed up as much as MuJoCo does", num_envs=1, preset="halfcheetah-sac"),
     Row("rollout", "env_policy_steps_per_cpu_s", "env + policy only, HalfCheetah SAC",
           "the bare vector env", "the squashed Gaussian's 256x256 numpy pass (measured with "
           "the network acting since 2026-12-06 evening; earlier lines drew the uniform "
           "warm-up actions)", num_envs=1, preset="halfcheetah-sac"),
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, HalfCheetah PPO "
           "(`halfcheetah-ppo`, 1 env, normalised observations)", "the bare vector env (MuJoCo)",
-          "the act (compiled since 2026-12-07 afternoon: two 256x256 passes and the "
-          "sampling in one call; the statistics' standardising in numpy) and its own "
-          "actions: MuJoCo steps the policy's narrow Gaussian (std 0.135) in 64 us against "
-          "55 for the ceiling's uniform actions (more contacts). 0.601 on 2026-12-07 afternoon's "
-          "machine, 0.502 on the evening's, twice as fast at MuJoCo",
+          "the act (compiled: the actor's 256x256 pass and the sampling in one call; since "
+          "2026-12-07 night no critic pass, 1.114x the worker that ran it, paired, and the "
+          "standardising compiled too) and its own actions: MuJoCo steps the policy's narrow "
+          "Gaussian (std 0.135) in 64 us against 55 for the ceiling's uniform actions (more "
+          "contacts). 0.601 on 2026-12-07 afternoon's machine, 0.502 on the evening's "
+          "(twice as fast at MuJoCo), 0.64 at night's",
           num_envs=1, preset="halfcheetah-ppo"),
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, Pong (`pong-ppo`, 8 envs), "
           "env steps per CPU-second", "the bare vector env (ALE, 84x84x4 frames), random "

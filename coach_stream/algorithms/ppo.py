@@ -4,8 +4,9 @@ Discrete actions get a categorical policy (``ActorCritic``), continuous (Box) ac
 diagonal Gaussian (``GaussianActorCritic``); the learner is the same.
 
 Each worker acts ``num_steps`` steps per env with version v and writes the behaviour
-log-probs and values; the trainer's quota for v is every worker's share (``workers *
-num_envs * num_steps``) unless ``ppo.steps_per_update`` sets it. Nothing is refilled on
+log-probs (no values: the trainer computes them with version v itself); the trainer's
+quota for v is every worker's share (``workers * num_envs * num_steps``) unless
+``ppo.steps_per_update`` sets it. Nothing is refilled on
 resume: experience from before a restart was acted by an older version.
 """
 

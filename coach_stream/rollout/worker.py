@@ -60,7 +60,7 @@ class WorkerSettings:
     share_steps: int
     """Steps per env acted with one version before syncing (SYNC) or polling (ASYNC)."""
     behaviour: bool = False
-    """Write the actor's log-probs and values into each chunk (on-policy learners need them)."""
+    """Write the actor's log-probs into each chunk (on-policy learners need them)."""
     sync_wait_s: float = 2.0
     policy_wait_s: float = 120.0
     log_every_s: float = 1.0
