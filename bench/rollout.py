@@ -2,9 +2,10 @@
 
 One process, one preset's vector env (its ``num_envs``, env and wrappers), four loops timed
 in turn, each for ``--seconds`` per round (1 CPU-second, 25 rounds; ``--quick`` 0.5 and 8),
-the order alternating between rounds (ABCD, DCBA, ...), the median of the rounds kept. Rates are env steps per CPU-second of this
-process (``time.process_time``: every thread, librdkafka's included), so a busy machine
-slows the wall clock but not the figure much, and each loop is charged what it really costs:
+the order alternating between rounds (ABCD, DCBA, ...), the median of the rounds kept.
+Rates are env steps per CPU-second of this process (``time.process_time``: every thread,
+librdkafka's included), so a busy machine slows the wall clock but not the figure much,
+and each loop is charged what it really costs:
 
 * ``bare_env``: the vector env stepped with a fixed random policy (pre-drawn actions): no
   policy, no chunker, no codec, no Kafka. The ceiling;
@@ -59,6 +60,7 @@ from threadpoolctl import threadpool_limits
 
 from coach_stream.config import Preset, load_preset
 from coach_stream.envs import make_vector_env
+from coach_stream.errors import ConfigError
 from coach_stream.policies.actors import _rows_of, compiled_kernels
 from coach_stream.policies.numpy_mlp import NumpyMLP
 from coach_stream.transport.admin import delete_run_topics, ensure_run_topics
@@ -99,9 +101,11 @@ class CriticPass:
     def __init__(self, actor: Any) -> None:
         inner = getattr(actor, "inner", actor)
         self.inner, self.kernels = inner, compiled_kernels()
+        if getattr(inner.net, "encoder", None) is not None:
+            raise ConfigError("--critic-pass runs an MLP critic; this preset's network is a CNN.")
         critic = NumpyMLP(inner.net.critic)
         if self.kernels is None:
-            raise SystemExit("--critic-pass needs numba (the compiled acts)")
+            raise ConfigError("--critic-pass runs the critic compiled, and numba did not load.")
         self.layers = tuple(critic.layers)
         self.activation = self.kernels.TANH if critic.tanh else self.kernels.RELU
         real_act = inner.act
@@ -190,6 +194,9 @@ def main() -> int:
     torch.set_num_threads(1)  # as a rollout task runs (one core per worker) ...
     threadpool_limits(limits=1, user_api="blas")  # ... and one BLAS thread (setup_process)
     preset = load_preset(args.preset, args.set)
+    if args.critic_pass and preset.algorithm not in ("ppo", "impala"):
+        raise ConfigError(f"--critic-pass times an actor-critic's critic; {args.preset} is "
+                          f"{preset.algorithm}: use a PPO or IMPALA preset.")  # fmt: skip
     servers = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     loops = {
         "bare_env": bare_env(preset),
@@ -234,8 +241,10 @@ def main() -> int:
         )  # fmt: skip
     if settings is None:
         why = "set KAFKA_BOOTSTRAP_SERVERS (eval $(coach-stream stack env))"
-        jsonl.emit("rollout", "worker_steps_per_cpu_s", None, "env steps/cpu-s", "bare_env",
-                   ceiling, skipped=why)  # fmt: skip
+        wanted = ["worker"] + ["worker_encode_after"] * args.encode_after
+        for name in wanted + ["worker_critic_pass"] * args.critic_pass:
+            jsonl.emit("rollout", f"{name}_steps_per_cpu_s", None, "env steps/cpu-s",
+                       "bare_env", ceiling, skipped=why)  # fmt: skip
     return 0
 
 
