@@ -94,28 +94,26 @@ def bare_env(preset: Preset) -> Loop:
     return step
 
 
-class CriticPass:
-    """An MLP actor-critic's actor that also runs the critic on every act's observations
+def add_critic_pass(actor: Any) -> None:
+    """Make an MLP actor-critic's actor also run its critic on every act's observations
     (after its ``NormalizingActor``'s standardising, where the preset normalises)."""
+    inner = getattr(actor, "inner", actor)
+    kernels = compiled_kernels()
+    if getattr(inner.net, "encoder", None) is not None:
+        raise ConfigError("--critic-pass runs an MLP critic; this preset's network is a CNN.")
+    if kernels is None:
+        raise ConfigError("--critic-pass runs the critic compiled, and numba did not load.")
+    critic = NumpyMLP(inner.net.critic)
+    layers = tuple(critic.layers)
+    activation = kernels.TANH if critic.tanh else kernels.RELU
+    real_act = inner.act
 
-    def __init__(self, actor: Any) -> None:
-        inner = getattr(actor, "inner", actor)
-        self.inner, self.kernels = inner, compiled_kernels()
-        if getattr(inner.net, "encoder", None) is not None:
-            raise ConfigError("--critic-pass runs an MLP critic; this preset's network is a CNN.")
-        critic = NumpyMLP(inner.net.critic)
-        if self.kernels is None:
-            raise ConfigError("--critic-pass runs the critic compiled, and numba did not load.")
-        self.layers = tuple(critic.layers)
-        self.activation = self.kernels.TANH if critic.tanh else self.kernels.RELU
-        real_act = inner.act
+    def act(obs: Any) -> Any:
+        action = real_act(obs)
+        kernels._mlp(_rows_of(obs, len(obs)), layers, activation)
+        return action
 
-        def act(obs: Any) -> Any:
-            action = real_act(obs)
-            self.kernels._mlp(_rows_of(obs, len(obs)), self.layers, self.activation)
-            return action
-
-        inner.act = act
+    inner.act = act
 
 
 def worker(
@@ -130,7 +128,7 @@ def worker(
     if encode_after:
         loop.chunker._records = None  # the chunker's fallback when numba does not load
     if critic_pass:
-        CriticPass(actor)
+        add_critic_pass(actor)
     loop.start()
     if not with_env_only:
         return loop.act_share
