@@ -67,13 +67,15 @@ def record_step(
 
 @numba.njit(cache=True)
 def close_chunks(
-    ready: Any, done: Any, at: Any, row0: Any, chunk_seq: Any, chunk_start: Any,
+    ready: Any, done: Any, at: Any, first_row: Any, chunk_seq: Any, chunk_start: Any,
     episode_return: Any, worker_id: int, version: int,
 ) -> tuple[Any, Any, Any, Any, Any, Any]:  # fmt: skip
-    """Close the open chunk of each env where ``ready``: (envs, their wire metadata (worker,
-    env, chunk_seq, version, first step), first rows, row counts, ended, returns), and move
-    each env on to its next chunk: ``chunk_seq`` + 1, ``at`` back to its first row, the
-    next chunk's first step (0 after an ended episode, whose return is reset)."""
+    """Close the open chunk of each env where ``ready`` (its rows: ``first_row`` up to
+    ``at``): (envs, their wire metadata (worker, env, chunk_seq, version, first step),
+    first rows, row counts, ended, returns), and open each env's next chunk where the
+    closed one ended: ``first_row`` = ``at``, ``chunk_seq`` + 1, the next chunk's first step
+    (0 after an ended episode, whose return is reset). The closed rows stay where they are
+    until their records are written (``Chunker``)."""
     k = 0
     for i in range(ready.shape[0]):
         k += ready[i]
@@ -84,13 +86,13 @@ def close_chunks(
     for i in range(ready.shape[0]):
         if not ready[i]:
             continue
-        n = at[i] - row0[i]
-        envs[c], starts[c], rows[c], ended[c] = i, row0[i], n, done[i]
+        n = at[i] - first_row[i]
+        envs[c], starts[c], rows[c], ended[c] = i, first_row[i], n, done[i]
         meta[c, 0], meta[c, 1], meta[c, 2] = worker_id, i, chunk_seq[i]
         meta[c, 3], meta[c, 4] = version, chunk_start[i]
         returns[c] = episode_return[i]
         chunk_seq[i] += 1
-        at[i] = row0[i]
+        first_row[i] = at[i]
         if done[i]:
             chunk_start[i] = 0
             episode_return[i] = 0.0

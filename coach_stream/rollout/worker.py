@@ -197,6 +197,8 @@ class RolloutWorker:
             chunks += chunker.add_encoded(action, rewards, terminated, truncated, obs, infos)
         if self.settings.mode is Mode.SYNC:
             chunks += chunker.flush_encoded()  # the share of version v ends here
+        else:
+            chunks += chunker.drain_encoded()  # the chunks that finished in this share
         self._write(chunks)
         steps = self.settings.share_steps * envs.num_envs
         self.env_steps += steps

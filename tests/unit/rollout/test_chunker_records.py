@@ -24,10 +24,11 @@ from coach_stream.testing.memory_log import MemoryExperienceWriter, MemoryLog
 
 def _run(
     kind: str, behaviour: bool, encoded: bool, num_envs: int, chunk_steps: int, seed: int,
-    worker_id: int = 2,
+    worker_id: int = 2, count: int = 60, early: list[int] | None = None,
 ) -> list[Any]:  # fmt: skip
-    """60 random vector steps, a flush at a new version on step 41, and the last flush;
-    the next observations in float64, converted to the column's dtype as an env's are."""
+    """``count`` random vector steps, a flush at a new version on step 41, and the last
+    flush; the next observations in float64, converted to the column's dtype as an env's
+    are. ``early``: the steps at which ``add`` handed back records before step 41."""
     obs_shape, obs_dtype, action_shape, action_dtype = KINDS[kind]
     chunker = Chunker("run-r", worker_id, num_envs, chunk_steps, obs_shape,
                       np.dtype(obs_dtype), behaviour, action_shape, action_dtype)  # fmt: skip
@@ -35,11 +36,14 @@ def _run(
         assert (chunker._records is not None) == (chunker_module.close_chunks_kernel() is not None)
     add = chunker.add_encoded if encoded else chunker.add
     flush = chunker.flush_encoded if encoded else chunker.flush
-    steps = random_steps(kind, num_envs, behaviour, seed, next_dtype=np.float64)
+    steps = random_steps(kind, num_envs, behaviour, seed, count, next_dtype=np.float64)
     chunker.start(next(steps), version=5, next_seqs=[3 * i for i in range(num_envs)])
     out: list[Any] = []
     for i, step in enumerate(steps):
-        out += add(*step)
+        handed = add(*step)
+        if handed and i < 41 and early is not None:
+            early.append(i)
+        out += handed
         if i == 41:
             out += flush()
             chunker.version = 6
@@ -68,6 +72,41 @@ def test_records_from_the_columns_are_encode_chunks_bytes(
     assert {c.policy_version for c in chunks} == {5, 6}
     for record, chunk in zip(records, chunks, strict=True):
         _same_record(record, chunk)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("spans", [1, 2, 8])
+def test_chunks_kept_to_be_encoded_together_come_back_in_order_as_encode_chunks_bytes(
+    kind: str, spans: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each env's rows hold ``spans`` chunks: finished chunks wait there and are encoded when
+    an env's rows run out (or at a flush), its open chunk moved back to its first rows."""
+    monkeypatch.setattr(chunker_module, "_MAX_SPANS", spans)
+    early: list[int] = []
+    records = _run(kind, True, True, 3, 5, seed=spans, count=400, early=early)
+    chunks = _run(kind, True, False, 3, 5, seed=spans, count=400)
+    assert len(records) == len(chunks) > 3 * 400 // 5
+    for record, chunk in zip(records, chunks, strict=True):
+        _same_record(record, chunk)
+    # one chunk per env: handed back as they finish; more: only once an env's rows run out
+    assert early and (early[0] < 5 if spans == 1 else early[0] >= 5 * spans - 1)
+
+
+def test_a_drain_hands_back_the_finished_chunks_and_keeps_the_open_ones() -> None:
+    kind = "flat float32, discrete"
+    chunker = Chunker("run-r", 0, 2, 4, (4,), np.dtype(np.float32), True)
+    steps = random_steps(kind, 2, True, seed=3, count=30)
+    chunker.start(next(steps), version=1)
+    finished = [r for step in steps for r in chunker.add_encoded(*step)]
+    assert not finished  # 30 steps of 2 envs fit in their rows (8 chunks each): all kept
+    drained = chunker.drain_encoded()
+    assert len(drained) >= 2 * 30 // 4
+    assert chunker.drain_encoded() == []
+    rest = chunker.flush_encoded()  # the open chunks, continuing each env's chunk_seqs
+    assert rest and {r.key for r in rest} <= {"0/0", "0/1"}
+    for key in {r.key for r in rest}:
+        seqs = [r.chunk_seq for r in drained + rest if r.key == key]
+        assert seqs == list(range(len(seqs)))
 
 
 def test_without_the_compiled_records_the_chunks_are_encoded_one_by_one(
