@@ -22,7 +22,13 @@ and each loop is charged what it really costs:
   critic on the act's observations, as every act did before 2026-12-07 night (the values
   went on the wire; no learner read them). The critic runs in a compiled call of its own
   after the act's (the old act ran both MLPs in one call, so this line pays one call
-  more); MLP actor-critic presets only.
+  more); MLP actor-critic presets only;
+* ``worker_draw_per_act`` (``--draw-per-act``): the worker whose actor asks its generator
+  for each act's draws, as before 2026-12-07 late (``policies.draws``: now in blocks); PPO
+  and IMPALA presets;
+* ``worker_chunk_per_env`` (``--chunk-per-env``): the worker whose chunker keeps one chunk
+  per env and writes each finished chunk's record at once, as before 2026-12-07 late (now,
+  where rows are small, finished chunks wait and are written together at the share's end).
 
 ``--set rollout.num_envs=32`` (any preset override) measures a wider vector env: one
 forward pass then serves more env steps.
@@ -30,12 +36,12 @@ forward pass then serves more env steps.
 One JSON line per loop (baseline: ``bare_env``; ratio = the share of the ceiling kept, of
 the medians; ``paired_ratio``: the median of each round's rate over the bare env's in that
 round; ``worker_over_this`` on ``worker_encode_after``: the median of the rounds' worker
-over it; likewise on ``worker_critic_pass``) and
+over it; likewise on the other variants) and
 ``--profile`` prints the worker loop's top functions by own time (cProfile).
 
 Usage (stack up for ``worker``): ``KAFKA_BOOTSTRAP_SERVERS=host:port python bench/rollout.py
 [--quick] [--preset cartpole-ppo] [--seconds S] [--rounds R] [--profile] [--encode-after]
-[--critic-pass]``.
+[--critic-pass] [--draw-per-act] [--chunk-per-env]``.
 """
 
 from __future__ import annotations
@@ -63,6 +69,7 @@ from coach_stream.envs import make_vector_env
 from coach_stream.errors import ConfigError
 from coach_stream.policies.actors import _rows_of, compiled_kernels
 from coach_stream.policies.numpy_mlp import NumpyMLP
+from coach_stream.rollout import chunker as chunker_module
 from coach_stream.transport.admin import delete_run_topics, ensure_run_topics
 from coach_stream.transport.settings import KafkaSettings, RunTopics
 from coach_stream.transport.writer import KafkaExperienceWriter
@@ -116,19 +123,50 @@ def add_critic_pass(actor: Any) -> None:
     inner.act = act
 
 
+class OneCallPerAct:
+    """An actor's draws asked of its generator at every act (before ``policies.draws``)."""
+
+    def __init__(self, draws: Any) -> None:
+        self.rng, self.kind, self.width = draws._rng, draws._kind, draws._width
+
+    def take(self, n: int) -> Any:
+        shape = (n, self.width) if self.width else (n,)
+        if self.kind == "normal":
+            return self.rng.standard_normal(shape, dtype=np.float32)
+        return self.rng.random(shape, dtype=np.float32)
+
+
+def draw_per_act(actor: Any) -> None:
+    inner = getattr(actor, "inner", actor)
+    names = [name for name in ("_uniform", "_noise") if hasattr(inner, name)]
+    if not names:
+        raise ConfigError("--draw-per-act times a PPO or IMPALA actor's draws; this preset's "
+                          "actor draws once per act already.")  # fmt: skip
+    for name in names:
+        setattr(inner, name, OneCallPerAct(getattr(inner, name)))
+
+
 def worker(
     preset: Preset, writer: object, with_env_only: bool = False, encode_after: bool = False,
-    critic_pass: bool = False,
+    variant: str | None = None,
 ) -> Loop:  # fmt: skip
     """``RolloutWorker.act_share`` (or, ``with_env_only``, only its policy + env steps;
-    ``encode_after``: chunks emitted, then encoded, as without numba; ``critic_pass``: the
-    act also runs the critic, as before 2026-12-07 night)."""
-    loop = bench_worker(preset, writer)
+    ``encode_after``: chunks emitted, then encoded, as without numba; ``variant``: one of
+    the workers before a change, ``critic_pass``, ``draw_per_act`` or ``chunk_per_env``)."""
+    spans = chunker_module._MAX_SPANS
+    if variant == "chunk_per_env":
+        chunker_module._MAX_SPANS = 1
+    try:
+        loop = bench_worker(preset, writer)
+    finally:
+        chunker_module._MAX_SPANS = spans
     envs, actor, settings = loop.envs, loop.actor, loop.settings
     if encode_after:
         loop.chunker._records = None  # the chunker's fallback when numba does not load
-    if critic_pass:
+    if variant == "critic_pass":
         add_critic_pass(actor)
+    elif variant == "draw_per_act":
+        draw_per_act(actor)
     loop.start()
     if not with_env_only:
         return loop.act_share
@@ -180,6 +218,16 @@ def main() -> int:
         help="also time the worker whose act runs the critic too (before 2026-12-07 night)",
     )  # fmt: skip
     parser.add_argument(
+        "--draw-per-act", action="store_true",
+        help="also time the worker whose actor asks its generator at every act (before "
+        "2026-12-07 late)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--chunk-per-env", action="store_true",
+        help="also time the worker whose chunker writes each finished chunk at once (before "
+        "2026-12-07 late)",
+    )  # fmt: skip
+    parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
         help="preset override, e.g. rollout.num_envs=32 (the policy's cost per env step "
         "falls as one forward pass serves more envs)",
@@ -192,9 +240,13 @@ def main() -> int:
     torch.set_num_threads(1)  # as a rollout task runs (one core per worker) ...
     threadpool_limits(limits=1, user_api="blas")  # ... and one BLAS thread (setup_process)
     preset = load_preset(args.preset, args.set)
-    if args.critic_pass and preset.algorithm not in ("ppo", "impala"):
-        raise ConfigError(f"--critic-pass times an actor-critic's critic; {args.preset} is "
-                          f"{preset.algorithm}: use a PPO or IMPALA preset.")  # fmt: skip
+    variants = [name for name, on in (("critic_pass", args.critic_pass),
+                                      ("draw_per_act", args.draw_per_act),
+                                      ("chunk_per_env", args.chunk_per_env)) if on]  # fmt: skip
+    for name in ("critic_pass", "draw_per_act"):
+        if name in variants and preset.algorithm not in ("ppo", "impala"):
+            raise ConfigError(f"--{name.replace('_', '-')} times a PPO or IMPALA actor; "
+                              f"{args.preset} is {preset.algorithm}.")  # fmt: skip
     servers = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     loops = {
         "bare_env": bare_env(preset),
@@ -210,8 +262,8 @@ def main() -> int:
         loops["worker"] = worker(preset, writer)
         if args.encode_after:
             loops["worker_encode_after"] = worker(preset, writer, encode_after=True)
-        if args.critic_pass:
-            loops["worker_critic_pass"] = worker(preset, writer, critic_pass=True)
+        for name in variants:
+            loops[f"worker_{name}"] = worker(preset, writer, variant=name)
     try:
         rates = interleaved(loops, seconds, rounds)
         if args.profile:
@@ -227,7 +279,7 @@ def main() -> int:
         # of the medians when the machine's speed drifts between rounds
         paired = [v / b for v, b in zip(values, rates["bare_env"], strict=True)]
         extra = {}
-        if name in ("worker_encode_after", "worker_critic_pass"):
+        if name not in ("bare_env", "env_policy", "worker_no_kafka", "worker"):
             extra["worker_over_this"] = round(statistics.median(
                 [w / v for w, v in zip(rates["worker"], values, strict=True)]), 3)  # fmt: skip
         jsonl.emit(
@@ -240,7 +292,7 @@ def main() -> int:
     if settings is None:
         why = "set KAFKA_BOOTSTRAP_SERVERS (eval $(coach-stream stack env))"
         wanted = ["worker"] + ["worker_encode_after"] * args.encode_after
-        for name in wanted + ["worker_critic_pass"] * args.critic_pass:
+        for name in wanted + [f"worker_{name}" for name in variants]:
             jsonl.emit("rollout", f"{name}_steps_per_cpu_s", None, "env steps/cpu-s",
                        "bare_env", ceiling, skipped=why)  # fmt: skip
     return 0
