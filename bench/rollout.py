@@ -23,9 +23,9 @@ and each loop is charged what it really costs:
   went on the wire; no learner read them). The critic runs in a compiled call of its own
   after the act's (the old act ran both MLPs in one call, so this line pays one call
   more); MLP actor-critic presets only;
-* ``worker_draw_per_act`` (``--draw-per-act``): the worker whose actor asks its generator
-  for each act's draws, as before 2026-12-07 late (``policies.draws``: now in blocks); PPO
-  and IMPALA presets;
+* ``worker_draw_per_act`` (``--draw-per-act``): the worker whose Gaussian PPO actor asks
+  its generator for each act's normal draws, as before 2026-12-07 late (``policies.draws``:
+  now in blocks);
 * ``worker_chunk_per_env`` (``--chunk-per-env``): the worker whose chunker keeps one chunk
   per env and writes each finished chunk's record at once, as before 2026-12-07 late (now,
   where rows are small, finished chunks wait and are written together at the share's end).
@@ -58,6 +58,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import gymnasium
 import jsonl
 import numpy as np
 import torch
@@ -124,26 +125,30 @@ def add_critic_pass(actor: Any) -> None:
 
 
 class OneCallPerAct:
-    """An actor's draws asked of its generator at every act (before ``policies.draws``)."""
+    """A Gaussian actor's normal draws asked of its generator at every act (before
+    ``policies.draws``)."""
 
     def __init__(self, draws: Any) -> None:
-        self.rng, self.kind, self.width = draws._rng, draws._kind, draws._width
+        self.rng, self.width = draws._rng, draws._width
 
     def take(self, n: int) -> Any:
-        shape = (n, self.width) if self.width else (n,)
-        if self.kind == "normal":
-            return self.rng.standard_normal(shape, dtype=np.float32)
-        return self.rng.random(shape, dtype=np.float32)
+        return self.rng.standard_normal((n, self.width), dtype=np.float32)
+
+
+def continuous(preset: Preset) -> bool:
+    probe = make_vector_env(preset.env_id, 1, preset.env_wrappers)
+    try:
+        return isinstance(probe.single_action_space, gymnasium.spaces.Box)
+    finally:
+        probe.close()
 
 
 def draw_per_act(actor: Any) -> None:
     inner = getattr(actor, "inner", actor)
-    names = [name for name in ("_uniform", "_noise") if hasattr(inner, name)]
-    if not names:
-        raise ConfigError("--draw-per-act times a PPO or IMPALA actor's draws; this preset's "
-                          "actor draws once per act already.")  # fmt: skip
-    for name in names:
-        setattr(inner, name, OneCallPerAct(getattr(inner, name)))
+    if not hasattr(inner, "_noise"):
+        raise ConfigError("--draw-per-act times a Gaussian PPO actor's draws; this preset's "
+                          "actor asks its generator at every act already.")  # fmt: skip
+    inner._noise = OneCallPerAct(inner._noise)
 
 
 def worker(
@@ -243,10 +248,12 @@ def main() -> int:
     variants = [name for name, on in (("critic_pass", args.critic_pass),
                                       ("draw_per_act", args.draw_per_act),
                                       ("chunk_per_env", args.chunk_per_env)) if on]  # fmt: skip
-    for name in ("critic_pass", "draw_per_act"):
-        if name in variants and preset.algorithm not in ("ppo", "impala"):
-            raise ConfigError(f"--{name.replace('_', '-')} times a PPO or IMPALA actor; "
-                              f"{args.preset} is {preset.algorithm}.")  # fmt: skip
+    if args.critic_pass and preset.algorithm not in ("ppo", "impala"):
+        raise ConfigError(f"--critic-pass times an actor-critic's critic; {args.preset} is "
+                          f"{preset.algorithm}: use a PPO or IMPALA preset.")  # fmt: skip
+    if args.draw_per_act and (preset.algorithm != "ppo" or not continuous(preset)):
+        raise ConfigError("--draw-per-act times a Gaussian PPO actor's draws; use "
+                          "halfcheetah-ppo or pendulum-ppo.")  # fmt: skip
     servers = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     loops = {
         "bare_env": bare_env(preset),

@@ -24,7 +24,7 @@ import torch
 
 from coach_stream.core import Action, LoadedPolicy
 from coach_stream.errors import IntegrityError
-from coach_stream.policies.draws import Draws
+from coach_stream.policies.draws import NormalDraws
 from coach_stream.policies.networks import (
     HALF_LOG_2PI,
     LOG_STD_MAX,
@@ -91,7 +91,7 @@ class PPOActor(_SamplingActor[ActorCritic]):
 
     def __init__(self, net: ActorCritic, greedy: bool, seed: int, compiled: bool = True) -> None:
         super().__init__(net, greedy, seed)
-        self._uniform = Draws(np.random.default_rng(seed), "uniform")  # one per env and act
+        self._rng = np.random.default_rng(seed)
         self._numpy: NumpyMLP | None = None  # the actor's logits
         self._use_compiled = compiled and not greedy
         self._kernels: ModuleType | None = None  # loaded with the first MLP version
@@ -124,7 +124,7 @@ class PPOActor(_SamplingActor[ActorCritic]):
         flat = np.ascontiguousarray(obs, dtype=np.float32).reshape(n, -1)
         if not flat.flags.writeable:  # a read-only array is another signature to compile
             flat = flat.copy()
-        u = self._uniform.take(n)  # the numpy act's draws
+        u = self._rng.random(n, dtype=np.float32)  # the numpy act's one draw per act
         actions, log_probs = np.empty(n, np.int64), np.empty(n, np.float32)
         activation = self._kernels.TANH if self._numpy.tanh else self._kernels.RELU
         try:
@@ -148,7 +148,7 @@ class PPOActor(_SamplingActor[ActorCritic]):
         np.add.accumulate(cdf, axis=-1, out=cdf)
         total = cdf[:, -1]  # the softmax's normaliser
         # inverse CDF of the unnormalised weights: u scaled by their total
-        u = self._uniform.take(n)
+        u = self._rng.random(n, dtype=np.float32)
         u *= total
         actions = np.add.reduce(cdf <= u[:, None], axis=-1, dtype=np.int64)
         np.minimum(actions, logits.shape[-1] - 1, out=actions)  # u * total rounded up
@@ -229,7 +229,7 @@ class GaussianPPOActor(_SamplingActor[GaussianActorCritic]):
         self, net: GaussianActorCritic, greedy: bool, seed: int, compiled: bool = True
     ) -> None:
         super().__init__(net, greedy, seed)
-        self._noise = Draws(np.random.default_rng(seed), "normal", int(np.prod(net.action_shape)))
+        self._noise = NormalDraws(np.random.default_rng(seed), int(np.prod(net.action_shape)))
         self._kernels = compiled_kernels() if compiled and not greedy else None
         self._refresh()
 
