@@ -39,12 +39,15 @@ class Row:
 PATHS = (
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, CartPole (`cartpole-ppo`, 8 envs), "
           "env steps per CPU-second", "the bare vector env, random actions",
-          "the chunker (its step writes and the closes of ~0.4 chunks a step, encoded from its "
-          "columns) and producing (4-5 us a step), then the act (the actor's 64x64 MLP on 8 "
-          "rows; since 2026-12-07 night no critic pass: 1.055x the worker that ran it, "
-          "paired) and the env run colder between our steps (78-95 us in the loop, 61-67 "
-          "bare). Runs on 2026-12-07 read 0.51-0.73 (three machines): the machine's speed "
-          "moves this row more than the changes do",
+          "the chunker (its step writes, ~17 us a vector step run cold, and closing ~0.6 "
+          "chunks a step; since 2026-12-07 late their records are written together at the "
+          "share's end: 1.04x the worker that wrote each as it finished, paired) and "
+          "producing (0.67 of the ceiling without Kafka, 0.58 with, on 2026-12-07 late's "
+          "EPYC: ~13 us of Python a record, its delivery report included, and librdkafka's "
+          "thread), then the act (the actor's 64x64 MLP on 8 rows, no critic pass since "
+          "2026-12-07 night) and the env run colder between our steps. Runs on 2026-12-07 "
+          "read 0.51-0.73 (four machines): the machine's speed moves this row more than the "
+          "changes do",
           num_envs=8, preset="cartpole-ppo"),
     Row("rollout", "env_policy_steps_per_cpu_s", "env + policy only (no chunker, codec or Kafka)",
           "the bare vector env", "the compiled act's call and its arrays, run cold between "
@@ -53,11 +56,11 @@ PATHS = (
           num_envs=8, preset="cartpole-ppo"),
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, CartPole, 32 envs "
           "(`--set rollout.num_envs=32`)", "the bare vector env, random actions",
-          "the chunker (48 us of a ~385 us vector step in the loop: its step writes and the "
-          "closes of ~2.4 chunks a step, encoded from its columns since 2026-12-07 evening: "
-          "1.11x the worker that encoded after, paired), the act (the actor's MLP alone since "
-          "2026-12-07 night: 1.054x the worker that also ran the critic, paired) and "
-          "producing (13). Runs on 2026-12-07 read 0.543-1.0 (three machines)",
+          "the chunker (its step writes and closing ~1.6 chunks a step; their records "
+          "written together at the share's end since 2026-12-07 late: 1.051x the worker "
+          "that wrote each as it finished, paired), the act (the actor's MLP alone since "
+          "2026-12-07 night) and producing (0.865 without Kafka). Runs on 2026-12-07 read "
+          "0.543-1.0 (four machines)",
           num_envs=32,
           preset="cartpole-ppo"),
     Row("rollout", "env_policy_steps_per_cpu_s", "env + policy only, 32 envs",
@@ -70,7 +73,8 @@ PATHS = (
           "8 envs): an env that costs more per step", "the bare vector env, random actions",
           "a Box2D step costs ~8x CartPole's, so the compiled act, the chunker and the "
           "producer are a few per cent of it (0.775 with the numpy act; 1.024x the worker "
-          "that also ran the critic, paired, 2026-12-07 night)", num_envs=8,
+          "that also ran the critic, paired, 2026-12-07 night; 1.012x the worker that wrote "
+          "each chunk's record as it finished, 2026-12-07 late)", num_envs=8,
           preset="lunarlander-ppo"),
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, LunarLander, 32 envs",
           "the bare vector env, random actions", "the chunker's emits and the producer, "
@@ -80,8 +84,9 @@ PATHS = (
           "one env: every step pays the act (the 256x256 numpy pass and the squashed "
           "Gaussian's sampling, 34 us warm, about twice that between MuJoCo steps; a "
           "compiled act exists but is off, docs/performance.md) and the chunker's row "
-          "writes (~10 us) alone. 0.627 on 2026-12-07 afternoon's machine (MuJoCo 165 us a "
-          "step), 0.517 on the evening's (73 us), 0.623 at night's (~95 us): our Python "
+          "writes (~10 us warm, ~20 between MuJoCo steps) alone. 0.627 on 2026-12-07 "
+          "afternoon's machine (MuJoCo 165 us a step), 0.517 on the evening's (73 us), 0.623 "
+          "at night's (~95 us), 0.557 (paired 0.598) late, on an EPYC (~150 us): our Python "
           "does not speed up as much as MuJoCo does", num_envs=1, preset="halfcheetah-sac"),
     Row("rollout", "env_policy_steps_per_cpu_s", "env + policy only, HalfCheetah SAC",
           "the bare vector env", "the squashed Gaussian's 256x256 numpy pass (measured with "
@@ -91,10 +96,13 @@ PATHS = (
           "(`halfcheetah-ppo`, 1 env, normalised observations)", "the bare vector env (MuJoCo)",
           "the act (compiled: the actor's 256x256 pass and the sampling in one call; since "
           "2026-12-07 night no critic pass, 1.114x the worker that ran it, paired, and the "
-          "standardising compiled too) and its own actions: MuJoCo steps the policy's narrow "
-          "Gaussian (std 0.135) in 64 us against 55 for the ceiling's uniform actions (more "
-          "contacts). 0.601 on 2026-12-07 afternoon's machine, 0.502 on the evening's "
-          "(twice as fast at MuJoCo), 0.64 at night's",
+          "standardising compiled too; since 2026-12-07 late its normal draws taken in "
+          "blocks: 1.059x the worker that asked its generator at every act, paired) and its "
+          "own actions: MuJoCo steps the policy's narrow Gaussian (std 0.135) in 64 us "
+          "against 55 for the ceiling's uniform actions (more contacts). The act ran 43-50 "
+          "us between MuJoCo steps against ~20 warm, the chunker's step 18-23 against 9. "
+          "0.601 on 2026-12-07 afternoon's machine, 0.502 on the evening's (twice as fast "
+          "at MuJoCo), 0.64 at night's, 0.693 (paired 0.651) late, on an EPYC",
           num_envs=1, preset="halfcheetah-ppo"),
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, Pong (`pong-ppo`, 8 envs), "
           "env steps per CPU-second", "the bare vector env (ALE, 84x84x4 frames), random "
