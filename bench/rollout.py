@@ -28,7 +28,10 @@ and each loop is charged what it really costs:
   now in blocks);
 * ``worker_chunk_per_env`` (``--chunk-per-env``): the worker whose chunker keeps one chunk
   per env and writes each finished chunk's record at once, as before 2026-12-07 late (now,
-  where rows are small, finished chunks wait and are written together at the share's end).
+  where rows are small, finished chunks wait and are written together at the share's end);
+* ``worker_write_per_step`` (``--write-per-step``): the worker whose chunker writes each
+  step's rows into its columns as the step comes, as before 2026-12-08 (now, where rows
+  are small, it keeps the steps' arrays and writes up to 128 steps in one compiled call).
 
 ``--set rollout.num_envs=32`` (any preset override) measures a wider vector env: one
 forward pass then serves more env steps.
@@ -41,7 +44,7 @@ over it; likewise on the other variants) and
 
 Usage (stack up for ``worker``): ``KAFKA_BOOTSTRAP_SERVERS=host:port python bench/rollout.py
 [--quick] [--preset cartpole-ppo] [--seconds S] [--rounds R] [--profile] [--encode-after]
-[--critic-pass] [--draw-per-act] [--chunk-per-env]``.
+[--critic-pass] [--draw-per-act] [--chunk-per-env] [--write-per-step]``.
 """
 
 from __future__ import annotations
@@ -157,14 +160,17 @@ def worker(
 ) -> Loop:  # fmt: skip
     """``RolloutWorker.act_share`` (or, ``with_env_only``, only its policy + env steps;
     ``encode_after``: chunks emitted, then encoded, as without numba; ``variant``: one of
-    the workers before a change, ``critic_pass``, ``draw_per_act`` or ``chunk_per_env``)."""
-    spans = chunker_module._MAX_SPANS
+    the workers before a change, ``critic_pass``, ``draw_per_act``, ``chunk_per_env`` or
+    ``write_per_step``)."""
+    spans, stash = chunker_module._MAX_SPANS, chunker_module._STASH_STEPS
     if variant == "chunk_per_env":
         chunker_module._MAX_SPANS = 1
+    if variant == "write_per_step":
+        chunker_module._STASH_STEPS = 0
     try:
         loop = bench_worker(preset, writer)
     finally:
-        chunker_module._MAX_SPANS = spans
+        chunker_module._MAX_SPANS, chunker_module._STASH_STEPS = spans, stash
     envs, actor, settings = loop.envs, loop.actor, loop.settings
     if encode_after:
         loop.chunker._records = None  # the chunker's fallback when numba does not load
@@ -233,6 +239,11 @@ def main() -> int:
         "2026-12-07 late)",
     )  # fmt: skip
     parser.add_argument(
+        "--write-per-step", action="store_true",
+        help="also time the worker whose chunker writes each step's rows as it comes (before "
+        "2026-12-08)",
+    )  # fmt: skip
+    parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
         help="preset override, e.g. rollout.num_envs=32 (the policy's cost per env step "
         "falls as one forward pass serves more envs)",
@@ -247,7 +258,8 @@ def main() -> int:
     preset = load_preset(args.preset, args.set)
     variants = [name for name, on in (("critic_pass", args.critic_pass),
                                       ("draw_per_act", args.draw_per_act),
-                                      ("chunk_per_env", args.chunk_per_env)) if on]  # fmt: skip
+                                      ("chunk_per_env", args.chunk_per_env),
+                                      ("write_per_step", args.write_per_step)) if on]  # fmt: skip
     if args.critic_pass and preset.algorithm not in ("ppo", "impala"):
         raise ConfigError(f"--critic-pass times an actor-critic's critic; {args.preset} is "
                           f"{preset.algorithm}: use a PPO or IMPALA preset.")  # fmt: skip

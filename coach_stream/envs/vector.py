@@ -106,7 +106,8 @@ def make_vector_env(env_id: str, num_envs: int, wrappers: Sequence[str] = ()) ->
             env_id,
             num_envs=num_envs,
             vectorization_mode="sync",
-            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+            # copy: each step's observations are new arrays (the chunker keeps them)
+            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP, "copy": True},
             wrappers=[*fns, _clip_box_actions],
             **make_kwargs(wrappers),
         )

@@ -23,11 +23,11 @@ records are written straight from the columns, with no ``ExperienceChunk`` betwe
 (``codec.compiled``; ``close_chunks`` opens each env's next chunk where the last ended).
 Where rows are small, each env's columns hold several chunks (``_spans``), and finished
 chunks wait there until the share ends (``drain_encoded``) or an env's rows run out: then
-all are written in one call and the open chunks move back to their envs' first rows. One
-call per finished chunk cost ~95 us of CPU each on 8 CartPole envs; together, 1.06x the
-worker's env steps per CPU-second (1.08x on 32 envs). The same bytes as ``encode_chunk``
-of ``add``'s chunks, in the same order; where numba does not load, that is how they are
-made.
+all are written in one call and the open chunks move back to their envs' first rows (one
+call per finished chunk cost ~95 us of CPU each on 8 CartPole envs). There, too, the
+steps themselves are kept and written up to 128 at a time (``rollout.kept_steps``). The
+same bytes as ``encode_chunk`` of ``add``'s chunks, in the same order; where numba does
+not load, that is how they are made.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ import numpy.typing as npt
 
 from coach_stream.codec import encode_chunk
 from coach_stream.core import Action, EncodedChunk, ExperienceChunk
-from coach_stream.errors import ConfigError, EncodeError
+from coach_stream.errors import EncodeError
+from coach_stream.rollout.kept_steps import KeptSteps, bootstrap_rows, final_observations
 
 if TYPE_CHECKING:
     from coach_stream.codec.compiled import RecordWriter
@@ -62,6 +63,16 @@ def close_chunks_kernel() -> Callable[..., tuple[Any, ...]] | None:
     except Exception:  # record_step_kernel has said why, once
         return None
     return close_chunks if chunk_schema().fingerprint == V1_FINGERPRINT else None
+
+
+@functools.cache
+def record_steps_kernel() -> Callable[..., tuple[Any, ...]] | None:
+    """``rollout.compiled.record_steps`` where records are compiled (``close_chunks_kernel``)."""
+    if close_chunks_kernel() is None:
+        return None
+    from coach_stream.rollout.compiled import record_steps
+
+    return record_steps
 
 
 @functools.cache
@@ -136,6 +147,9 @@ class Chunker:
         self._records = self._record_writer() if compiled else None
         self._defer = self._records is not None and spans > 1
         self._pending: list[_Closed] = []  # closed, not yet encoded: in the order they closed
+        # deferring, add_encoded keeps the steps to write _STASH_STEPS at a time (or sooner)
+        self._stash_limit = _STASH_STEPS if self._defer else 0
+        self._stash = KeptSteps()
 
     def _record_writer(self) -> RecordWriter | None:
         """The compiled records' writer for these columns, or None (emit, then encode)."""
@@ -180,6 +194,7 @@ class Chunker:
         self._open[:] = self._row0
         self._row_end[:] = self._row0 + self.chunk_steps
         self._pending.clear()
+        self._stash = KeptSteps()
         self._steps_to_full = self.chunk_steps
 
     def add(
@@ -257,7 +272,7 @@ class Chunker:
         next_obs: npt.NDArray[Any],
         infos: dict[str, Any],
     ) -> list[ExperienceChunk]:
-        final_obs = _final_observations(done, infos) if any_done else None
+        final_obs = final_observations(done, infos) if any_done else None
         chunks: list[ExperienceChunk] = []
         for i in np.flatnonzero(ready):
             # an ended episode's bootstrap row is its final observation; next_obs[i]
@@ -297,13 +312,19 @@ class Chunker:
         if self._records is None:
             return [_encoded(chunk) for chunk in self.add(
                 action, rewards, terminated, truncated, next_obs, infos)]  # fmt: skip
+        if self._stash_limit:
+            self._stash.keep(
+                self._started(), action, rewards, terminated, truncated, next_obs, infos
+            )
+            self._last_obs = np.asarray(next_obs)
+            return self._write_stash() if len(self._stash) >= self._stash_limit else []
         done, any_done, full = self._record_compiled(action, rewards, terminated, truncated)
         self._last_obs = next_obs = np.asarray(next_obs)
         if not any_done and not full:
             return []
         ready = done | (self._at - self._open >= self.chunk_steps) if full else done
         if any_done or ready.any():  # full, yet none ready: an env's rows have run out
-            final_obs = _final_observations(done, infos) if any_done else None
+            final_obs = final_observations(done, infos) if any_done else None
             self._close(ready, done, next_obs, final_obs)
         if self._defer and not (full and bool((self._at >= self._buffer_end).any())):
             return []
@@ -312,17 +333,43 @@ class Chunker:
     def drain_encoded(self) -> list[EncodedChunk]:
         """The records of the chunks finished since the last drain (``add_encoded``), in the
         order they finished; the open chunks stay open."""
-        return self._drain() if self._records is not None else []
+        return self._write_stash() + self._drain() if self._records is not None else []
 
     def flush_encoded(self) -> list[EncodedChunk]:
         """``flush``, the chunks handed back encoded (as ``add_encoded``), after those that
         finished before."""
         if self._records is None:
             return [_encoded(chunk) for chunk in self.flush()]
+        records = self._write_stash()
         ready = self._at > self._open
         if ready.any():
             self._close(ready, self._no_done, self._started(), None)
-        return self._drain()
+        return records + self._drain()
+
+    def _write_stash(self) -> list[EncodedChunk]:
+        """The kept steps written into the columns, each env's chunks closed after the
+        steps ``add_encoded`` would have closed them at, in one compiled call (``record_steps``;
+        more where an env's rows run out: the records drained there come back)."""
+        stash, self._stash = self._stash, KeptSteps()
+        if not len(stash):
+            return []
+        taken, steps = stash.columns(self._obs.dtype, self._actions.dtype, self.num_envs)
+        records: list[EncodedChunk] = []
+        s = 0
+        while s < len(stash):
+            s, ran_out, closed, at_step = record_steps_kernel()(  # type: ignore[misc]
+                self._at, self._open, self._buffer_end, self._byte_rows, steps, s,
+                self.chunk_steps, self._episode_return, self._chunk_seq, self._chunk_start,
+                self.worker_id, self.version,
+            )  # fmt: skip
+            if len(at_step):
+                bootstrap = bootstrap_rows(closed, at_step, taken, stash.infos, self._obs.dtype)
+                self._pending.append((*closed, bootstrap))
+                self.episodes += int(np.count_nonzero(closed[4]))
+            if ran_out:
+                records += self._drain()
+        np.minimum(self._open + self.chunk_steps, self._buffer_end, out=self._row_end)
+        return records
 
     def _close(
         self,
@@ -422,28 +469,12 @@ def _encoded(chunk: ExperienceChunk) -> EncodedChunk:
     return EncodedChunk(chunk.key, chunk.chunk_seq, encode_chunk(chunk), chunk.episode_return)
 
 
-def _final_observations(done: npt.NDArray[Any], infos: dict[str, Any]) -> npt.NDArray[Any]:
-    """``infos["final_obs"]``, checked to hold one for every env whose episode ended.
-
-    Without it the bootstrap row of an ended episode would be the next episode's reset
-    observation: a wrong terminal value for every truncated episode, silently.
-    """
-    final_obs, has_final = infos.get("final_obs"), infos.get("_final_obs")
-    if final_obs is None or has_final is None or not np.all(np.asarray(has_final)[done]):
-        envs = np.flatnonzero(done).tolist()
-        raise ConfigError(
-            f"env(s) {envs} ended an episode but the vector env's step info has no "
-            '"final_obs" for them; build it with autoreset_mode=AutoresetMode.SAME_STEP '
-            "(coach_stream.envs.make_vector_env does) and keep wrappers from dropping that "
-            "info."
-        )
-    return final_obs  # type: ignore[no-any-return]
-
-
 _Closed = tuple[npt.NDArray[Any], ...]
 """``close_chunks``' six arrays (envs, meta, first rows, row counts, ended, returns) and the
 chunks' bootstrap rows."""
 
+
+_STASH_STEPS = 128  # deferring: the steps add_encoded keeps before writing them (0: each step)
 _PENDING_BYTES = 4 << 20  # the columns' size up to which an env's rows hold several chunks
 _MAX_SPANS = 8
 

@@ -65,6 +65,35 @@ def record_step(
     return any_done, room
 
 
+@numba.njit(inline="always", cache=True)
+def _close(
+    i: int, c: int, ended: bool, at: Any, first_row: Any, chunk_seq: Any, chunk_start: Any,
+    episode_return: Any, worker_id: int, version: int, closed: Any,
+) -> None:  # fmt: skip
+    """Close env i's open chunk as the c-th of ``closed`` (envs, metadata, first rows, row
+    counts, ended, returns) and open its next one where it ended."""
+    envs, meta, starts, rows, ended_out, returns = closed
+    n = at[i] - first_row[i]
+    envs[c], starts[c], rows[c], ended_out[c] = i, first_row[i], n, ended
+    meta[c, 0], meta[c, 1], meta[c, 2] = worker_id, i, chunk_seq[i]
+    meta[c, 3], meta[c, 4] = version, chunk_start[i]
+    returns[c] = episode_return[i]
+    chunk_seq[i] += 1
+    first_row[i] = at[i]
+    if ended:
+        chunk_start[i] = 0
+        episode_return[i] = 0.0
+    else:
+        chunk_start[i] += n
+
+
+@numba.njit(inline="always", cache=True)
+def _closed(k: int) -> tuple[Any, Any, Any, Any, Any, Any]:
+    """Room for ``k`` closes: (envs, metadata, first rows, row counts, ended, returns)."""
+    return (np.empty(k, np.int64), np.empty((k, 5), np.int64), np.empty(k, np.int64),
+            np.empty(k, np.int64), np.empty(k, np.bool_), np.empty(k, np.float64))  # fmt: skip
+
+
 @numba.njit(cache=True)
 def close_chunks(
     ready: Any, done: Any, at: Any, first_row: Any, chunk_seq: Any, chunk_start: Any,
@@ -79,32 +108,64 @@ def close_chunks(
     k = 0
     for i in range(ready.shape[0]):
         k += ready[i]
-    envs, meta = np.empty(k, np.int64), np.empty((k, 5), np.int64)
-    starts, rows = np.empty(k, np.int64), np.empty(k, np.int64)
-    ended, returns = np.empty(k, np.bool_), np.empty(k, np.float64)
-    c = 0
+    closed, c = _closed(k), 0
     for i in range(ready.shape[0]):
-        if not ready[i]:
-            continue
-        n = at[i] - first_row[i]
-        envs[c], starts[c], rows[c], ended[c] = i, first_row[i], n, done[i]
-        meta[c, 0], meta[c, 1], meta[c, 2] = worker_id, i, chunk_seq[i]
-        meta[c, 3], meta[c, 4] = version, chunk_start[i]
-        returns[c] = episode_return[i]
-        chunk_seq[i] += 1
-        first_row[i] = at[i]
-        if done[i]:
-            chunk_start[i] = 0
-            episode_return[i] = 0.0
-        else:
-            chunk_start[i] += n
-        c += 1
-    return envs, meta, starts, rows, ended, returns
+        if ready[i]:
+            _close(i, c, done[i], at, first_row, chunk_seq, chunk_start, episode_return,
+                   worker_id, version, closed)  # fmt: skip
+            c += 1
+    return closed
+
+
+@numba.njit(cache=True)
+def record_steps(
+    at: Any, first_row: Any, buffer_end: Any, rows: Any, steps: Any, s: int, chunk_steps: int,
+    episode_return: Any, chunk_seq: Any, chunk_start: Any, worker_id: int, version: int,
+) -> tuple[int, bool, Any, Any]:  # fmt: skip
+    """Steps ``s``, ``s`` + 1, ... of ``steps`` (each entry: one row per step, then env) written
+    as ``record_step`` writes one, each env's chunk closed after a step as
+    ``close_chunks`` closes it where its episode ended or it holds ``chunk_steps`` rows.
+    Stops after the step at which an env's rows run out (``buffer_end``): its closed rows
+    must be written out before its open chunk moves back to its first rows.
+
+    Returns (the next step, whether an env's rows ran out, ``close_chunks``' arrays of
+    the closes, in order, and the step each close followed).
+    """
+    obs_col, act_col, reward_col, term_col, trunc_col, lp_col = rows
+    obs, actions, rewards, terminated, truncated, log_probs = steps
+    count, n = rewards.shape
+    closed, at_step = _closed((count - s) * n), np.empty((count - s) * n, np.int64)
+    c, ran_out = 0, False
+    while s < count and not ran_out:
+        for i in range(n):
+            r = at[i]
+            if r >= buffer_end[i]:  # unchecked writes would run into the next env's rows
+                raise IndexError("an env's rows ran out and were not written out")
+            _copy_row(obs_col[r], obs[s, i])
+            _copy_row(act_col[r], actions[s, i])
+            reward_col[r] = rewards[s, i]
+            term_col[r] = terminated[s, i]
+            trunc_col[r] = truncated[s, i]
+            lp_col[r] = log_probs[s, i]
+            at[i] = r + 1
+            episode_return[i] += rewards[s, i]
+        for i in range(n):
+            ended = terminated[s, i] or truncated[s, i]
+            if ended or at[i] - first_row[i] >= chunk_steps:
+                _close(i, c, ended, at, first_row, chunk_seq, chunk_start, episode_return,
+                       worker_id, version, closed)  # fmt: skip
+                at_step[c] = s
+                c += 1
+            ran_out = ran_out or at[i] >= buffer_end[i]
+        s += 1
+    envs, meta, starts, counts, ended_out, returns = closed
+    kept = (envs[:c], meta[:c], starts[:c], counts[:c], ended_out[:c], returns[:c])
+    return s, ran_out, kept, at_step[:c]
 
 
 def warm_up() -> None:
-    """Compile (or load) ``record_step``'s and ``close_chunks``'s one signature each, the
-    compiled records' (``codec.compiled``) and the compiled act's."""
+    """Compile (or load) ``record_step``'s, ``close_chunks``' and ``record_steps``' one
+    signature each, the compiled records' (``codec.compiled``) and the compiled act's."""
     from coach_stream.policies import compiled as act
 
     n = 2
@@ -126,6 +187,12 @@ def warm_up() -> None:
         0,
         0,
     )
+    steps = (np.zeros((3, n, 3), np.uint8), np.zeros((3, n, 8), np.uint8),
+             np.zeros((3, n), np.float64), np.zeros((3, n), np.bool_), np.zeros((3, n), np.bool_),
+             np.zeros((3, n), np.float32))  # fmt: skip
+    counters = (np.zeros(n, np.float64), np.zeros(n, np.int64), np.zeros(n, np.int64))
+    record_steps(np.zeros(n, np.int64), np.zeros(n, np.int64), np.full(n, 4, np.int64), rows,
+                 steps, 0, 4, *counters, 0, 0)  # fmt: skip
     records.warm_up()
     act.warm_up()
 

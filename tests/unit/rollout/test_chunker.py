@@ -126,3 +126,20 @@ def test_a_vector_env_that_hides_final_observations_is_refused_at_the_first_epis
             obs, rewards, term, trunc, infos = envs.step(action.actions)
             chunker.add(action, rewards, term, trunc, obs, infos)
     assert chunker.episodes == 0  # no chunk with a reset observation as its bootstrap row
+
+
+def test_kept_steps_without_final_observations_are_refused_when_written() -> None:
+    """``add_encoded`` keeps a share's steps and writes them later: the missing final
+    observation is found then, before any chunk with a reset observation as its last row."""
+    envs = _HideFinalObs(make_vector_env("CartPole-v1", 2))
+    obs, _ = envs.reset(seed=[1, 2])
+    chunker = Chunker("r", 0, 2, 500, (4,), np.dtype(np.float32), behaviour=False)
+    assert chunker._stash_limit  # small rows: the steps are kept
+    chunker.start(obs, version=0)
+    action = Action(np.zeros(2, np.int64))
+    with pytest.raises(ConfigError, match='no "final_obs"'):
+        for _ in range(100):
+            obs, rewards, term, trunc, infos = envs.step(action.actions)
+            assert chunker.add_encoded(action, rewards, term, trunc, obs, infos) == []
+        chunker.drain_encoded()
+    assert chunker.episodes == 0
