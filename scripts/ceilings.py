@@ -39,15 +39,14 @@ class Row:
 PATHS = (
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, CartPole (`cartpole-ppo`, 8 envs), "
           "env steps per CPU-second", "the bare vector env, random actions",
-          "the chunker (its step writes, ~17 us a vector step run cold, and closing ~0.6 "
-          "chunks a step; since 2026-12-07 late their records are written together at the "
-          "share's end: 1.04x the worker that wrote each as it finished, paired) and "
-          "producing (0.67 of the ceiling without Kafka, 0.58 with, on 2026-12-07 late's "
-          "EPYC: ~13 us of Python a record, its delivery report included, and librdkafka's "
-          "thread), then the act (the actor's 64x64 MLP on 8 rows, no critic pass since "
-          "2026-12-07 night) and the env run colder between our steps. Runs on 2026-12-07 "
-          "read 0.51-0.73 (four machines): the machine's speed moves this row more than the "
-          "changes do",
+          "the act (the actor's 64x64 MLP on 8 rows in one compiled call, ~25 us a vector "
+          "step run cold: env + policy alone keeps 0.85-0.87), then the chunker (~21 us a "
+          "vector step since 2026-12-08, when its steps were kept and written up to 128 at "
+          "a time: 1.146x the worker that wrote each step as it came, paired; it was ~49) "
+          "and producing (~0.6 records a vector step, ~10 us of Python each with its "
+          "delivery report, and librdkafka's thread: 0.768 of the ceiling without Kafka, "
+          "0.739 with). Runs on 2026-12-07 read 0.51-0.73 (four machines), 0.564 on "
+          "2026-12-07 late's EPYC before the steps were kept",
           num_envs=8, preset="cartpole-ppo"),
     Row("rollout", "env_policy_steps_per_cpu_s", "env + policy only (no chunker, codec or Kafka)",
           "the bare vector env", "the compiled act's call and its arrays, run cold between "
@@ -56,11 +55,10 @@ PATHS = (
           num_envs=8, preset="cartpole-ppo"),
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, CartPole, 32 envs "
           "(`--set rollout.num_envs=32`)", "the bare vector env, random actions",
-          "the chunker (its step writes and closing ~1.6 chunks a step; their records "
-          "written together at the share's end since 2026-12-07 late: 1.051x the worker "
-          "that wrote each as it finished, paired), the act (the actor's MLP alone since "
-          "2026-12-07 night) and producing (0.865 without Kafka). Runs on 2026-12-07 read "
-          "0.543-1.0 (four machines)",
+          "producing (~1.6 records a vector step: 0.963 of the ceiling without Kafka, "
+          "0.839 with) and the act (env + policy alone: 0.952); the chunker's steps kept "
+          "and written together since 2026-12-08 (1.09x the worker that wrote each step as "
+          "it came, paired). Runs on 2026-12-07 read 0.543-1.0 (four machines)",
           num_envs=32,
           preset="cartpole-ppo"),
     Row("rollout", "env_policy_steps_per_cpu_s", "env + policy only, 32 envs",
@@ -74,7 +72,8 @@ PATHS = (
           "a Box2D step costs ~8x CartPole's, so the compiled act, the chunker and the "
           "producer are a few per cent of it (0.775 with the numpy act; 1.024x the worker "
           "that also ran the critic, paired, 2026-12-07 night; 1.012x the worker that wrote "
-          "each chunk's record as it finished, 2026-12-07 late)", num_envs=8,
+          "each chunk's record as it finished, 2026-12-07 late; 1.025x the worker that "
+          "wrote each step as it came, 2026-12-08)", num_envs=8,
           preset="lunarlander-ppo"),
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, LunarLander, 32 envs",
           "the bare vector env, random actions", "the chunker's emits and the producer, "
@@ -83,11 +82,12 @@ PATHS = (
           "1 env), env steps per CPU-second", "the bare vector env (MuJoCo), random actions",
           "one env: every step pays the act (the 256x256 numpy pass and the squashed "
           "Gaussian's sampling, 34 us warm, about twice that between MuJoCo steps; a "
-          "compiled act exists but is off, docs/performance.md) and the chunker's row "
-          "writes (~10 us warm, ~20 between MuJoCo steps) alone. 0.627 on 2026-12-07 "
-          "afternoon's machine (MuJoCo 165 us a step), 0.517 on the evening's (73 us), 0.623 "
-          "at night's (~95 us), 0.557 (paired 0.598) late, on an EPYC (~150 us): our Python "
-          "does not speed up as much as MuJoCo does", num_envs=1, preset="halfcheetah-sac"),
+          "compiled act exists but is off, docs/performance.md): env + policy alone keeps "
+          "0.623. The chunker's steps are kept and written together since 2026-12-08 "
+          "(1.019x, paired). 0.627 on 2026-12-07 afternoon's machine (MuJoCo 165 us a "
+          "step), 0.517 on the evening's (73 us), 0.623 at night's (~95 us), 0.557 late, on "
+          "an EPYC (~150 us): our Python does not speed up as much as MuJoCo does",
+          num_envs=1, preset="halfcheetah-sac"),
     Row("rollout", "env_policy_steps_per_cpu_s", "env + policy only, HalfCheetah SAC",
           "the bare vector env", "the squashed Gaussian's 256x256 numpy pass (measured with "
           "the network acting since 2026-12-06 evening; earlier lines drew the uniform "
@@ -100,9 +100,12 @@ PATHS = (
           "blocks: 1.059x the worker that asked its generator at every act, paired) and its "
           "own actions: MuJoCo steps the policy's narrow Gaussian (std 0.135) in 64 us "
           "against 55 for the ceiling's uniform actions (more contacts). The act ran 43-50 "
-          "us between MuJoCo steps against ~20 warm, the chunker's step 18-23 against 9. "
-          "0.601 on 2026-12-07 afternoon's machine, 0.502 on the evening's (twice as fast "
-          "at MuJoCo), 0.64 at night's, 0.693 (paired 0.651) late, on an EPYC",
+          "us between MuJoCo steps against ~20 warm; env + policy alone keeps 0.749, and "
+          "0.776 with 8 envs a worker (worker 0.8). Since 2026-12-08 the chunker's steps "
+          "are kept and written together (1.039x the worker that wrote each step, paired), "
+          "so the worker keeps about what env + policy does. 0.601 on 2026-12-07 "
+          "afternoon's machine, 0.502 on the evening's (twice as fast at MuJoCo), 0.64 at "
+          "night's, 0.693 (paired 0.651) late, on an EPYC",
           num_envs=1, preset="halfcheetah-ppo"),
     Row("rollout", "worker_steps_per_cpu_s", "rollout worker, Pong (`pong-ppo`, 8 envs), "
           "env steps per CPU-second", "the bare vector env (ALE, 84x84x4 frames), random "
