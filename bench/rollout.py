@@ -162,15 +162,15 @@ def worker(
     ``encode_after``: chunks emitted, then encoded, as without numba; ``variant``: one of
     the workers before a change, ``critic_pass``, ``draw_per_act``, ``chunk_per_env`` or
     ``write_per_step``)."""
-    spans, stash = chunker_module._MAX_SPANS, chunker_module._STASH_STEPS
+    spans, kept = chunker_module._MAX_SPANS, chunker_module._KEPT_STEPS
     if variant == "chunk_per_env":
         chunker_module._MAX_SPANS = 1
     if variant == "write_per_step":
-        chunker_module._STASH_STEPS = 0
+        chunker_module._KEPT_STEPS = 0
     try:
         loop = bench_worker(preset, writer)
     finally:
-        chunker_module._MAX_SPANS, chunker_module._STASH_STEPS = spans, stash
+        chunker_module._MAX_SPANS, chunker_module._KEPT_STEPS = spans, kept
     envs, actor, settings = loop.envs, loop.actor, loop.settings
     if encode_after:
         loop.chunker._records = None  # the chunker's fallback when numba does not load

@@ -147,9 +147,9 @@ class Chunker:
         self._records = self._record_writer() if compiled else None
         self._defer = self._records is not None and spans > 1
         self._pending: list[_Closed] = []  # closed, not yet encoded: in the order they closed
-        # deferring, add_encoded keeps the steps to write _STASH_STEPS at a time (or sooner)
-        self._stash_limit = _STASH_STEPS if self._defer else 0
-        self._stash = KeptSteps()
+        # deferring, add_encoded keeps the steps to write _KEPT_STEPS at a time (or sooner)
+        self._keep_limit = _KEPT_STEPS if self._defer else 0
+        self._kept = KeptSteps()
 
     def _record_writer(self) -> RecordWriter | None:
         """The compiled records' writer for these columns, or None (emit, then encode)."""
@@ -194,7 +194,7 @@ class Chunker:
         self._open[:] = self._row0
         self._row_end[:] = self._row0 + self.chunk_steps
         self._pending.clear()
-        self._stash = KeptSteps()
+        self._kept = KeptSteps()
         self._steps_to_full = self.chunk_steps
 
     def add(
@@ -312,12 +312,12 @@ class Chunker:
         if self._records is None:
             return [_encoded(chunk) for chunk in self.add(
                 action, rewards, terminated, truncated, next_obs, infos)]  # fmt: skip
-        if self._stash_limit:
-            self._stash.keep(
+        if self._keep_limit:
+            self._kept.keep(
                 self._started(), action, rewards, terminated, truncated, next_obs, infos
             )
             self._last_obs = np.asarray(next_obs)
-            return self._write_stash() if len(self._stash) >= self._stash_limit else []
+            return self._write_kept() if len(self._kept) >= self._keep_limit else []
         done, any_done, full = self._record_compiled(action, rewards, terminated, truncated)
         self._last_obs = next_obs = np.asarray(next_obs)
         if not any_done and not full:
@@ -333,37 +333,37 @@ class Chunker:
     def drain_encoded(self) -> list[EncodedChunk]:
         """The records of the chunks finished since the last drain (``add_encoded``), in the
         order they finished; the open chunks stay open."""
-        return self._write_stash() + self._drain() if self._records is not None else []
+        return self._write_kept() + self._drain() if self._records is not None else []
 
     def flush_encoded(self) -> list[EncodedChunk]:
         """``flush``, the chunks handed back encoded (as ``add_encoded``), after those that
         finished before."""
         if self._records is None:
             return [_encoded(chunk) for chunk in self.flush()]
-        records = self._write_stash()
+        records = self._write_kept()
         ready = self._at > self._open
         if ready.any():
             self._close(ready, self._no_done, self._started(), None)
         return records + self._drain()
 
-    def _write_stash(self) -> list[EncodedChunk]:
+    def _write_kept(self) -> list[EncodedChunk]:
         """The kept steps written into the columns, each env's chunks closed after the
         steps ``add_encoded`` would have closed them at, in one compiled call (``record_steps``;
         more where an env's rows run out: the records drained there come back)."""
-        stash, self._stash = self._stash, KeptSteps()
-        if not len(stash):
+        kept, self._kept = self._kept, KeptSteps()
+        if not len(kept):
             return []
-        taken, steps = stash.columns(self._obs.dtype, self._actions.dtype, self.num_envs)
+        taken, steps = kept.columns(self._obs.dtype, self._actions.dtype, self.num_envs)
         records: list[EncodedChunk] = []
         s = 0
-        while s < len(stash):
+        while s < len(kept):
             s, ran_out, closed, at_step = record_steps_kernel()(  # type: ignore[misc]
                 self._at, self._open, self._buffer_end, self._byte_rows, steps, s,
                 self.chunk_steps, self._episode_return, self._chunk_seq, self._chunk_start,
                 self.worker_id, self.version,
             )  # fmt: skip
             if len(at_step):
-                bootstrap = bootstrap_rows(closed, at_step, taken, stash.infos, self._obs.dtype)
+                bootstrap = bootstrap_rows(closed, at_step, taken, kept.infos, self._obs.dtype)
                 self._pending.append((*closed, bootstrap))
                 self.episodes += int(np.count_nonzero(closed[4]))
             if ran_out:
@@ -474,7 +474,7 @@ _Closed = tuple[npt.NDArray[Any], ...]
 chunks' bootstrap rows."""
 
 
-_STASH_STEPS = 128  # deferring: the steps add_encoded keeps before writing them (0: each step)
+_KEPT_STEPS = 128  # deferring: the steps add_encoded keeps before writing them (0: each step)
 _PENDING_BYTES = 4 << 20  # the columns' size up to which an env's rows hold several chunks
 _MAX_SPANS = 8
 

@@ -134,7 +134,7 @@ def test_kept_steps_without_final_observations_are_refused_when_written() -> Non
     envs = _HideFinalObs(make_vector_env("CartPole-v1", 2))
     obs, _ = envs.reset(seed=[1, 2])
     chunker = Chunker("r", 0, 2, 500, (4,), np.dtype(np.float32), behaviour=False)
-    assert chunker._stash_limit  # small rows: the steps are kept
+    assert chunker._keep_limit  # small rows: the steps are kept
     chunker.start(obs, version=0)
     action = Action(np.zeros(2, np.int64))
     with pytest.raises(ConfigError, match='no "final_obs"'):

@@ -76,15 +76,15 @@ def test_records_from_the_columns_are_encode_chunks_bytes(
 
 @pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.parametrize("spans", [1, 2, 8])
-@pytest.mark.parametrize("stash", [0, 3, 128])
+@pytest.mark.parametrize("kept", [0, 3, 128])
 def test_chunks_kept_to_be_encoded_together_come_back_in_order_as_encode_chunks_bytes(
-    kind: str, spans: int, stash: int, monkeypatch: pytest.MonkeyPatch
+    kind: str, spans: int, kept: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each env's rows hold ``spans`` chunks: finished chunks wait there and are encoded when
     an env's rows run out (or at a flush), its open chunk moved back to its first rows.
-    ``stash``: the steps ``add_encoded`` keeps before writing them (0: it writes each)."""
+    ``kept``: the steps ``add_encoded`` keeps before writing them (0: it writes each)."""
     monkeypatch.setattr(chunker_module, "_MAX_SPANS", spans)
-    monkeypatch.setattr(chunker_module, "_STASH_STEPS", stash)
+    monkeypatch.setattr(chunker_module, "_KEPT_STEPS", kept)
     early: list[int] = []
     records = _run(kind, True, True, 3, 5, seed=spans, count=400, early=early)
     chunks = _run(kind, True, False, 3, 5, seed=spans, count=400)
@@ -97,7 +97,7 @@ def test_chunks_kept_to_be_encoded_together_come_back_in_order_as_encode_chunks_
         assert early and early[0] < 5
     else:
         assert min(early, default=41) >= 5 * spans - 1
-        assert all((i + 1) % stash == 0 for i in early) if stash else early
+        assert all((i + 1) % kept == 0 for i in early) if kept else early
 
 
 def test_a_drain_hands_back_the_finished_chunks_and_keeps_the_open_ones() -> None:
