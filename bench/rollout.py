@@ -32,9 +32,9 @@ and each loop is charged what it really costs:
 * ``worker_write_per_step`` (``--write-per-step``): the worker whose chunker writes each
   step's rows into its columns as the step comes, as before 2026-12-08 (now, where rows
   are small, it keeps the steps' arrays and writes up to 128 steps in one compiled call);
-* ``worker_compiled_sac`` (``--compiled-sac``): the SAC worker whose actor samples in one
-  compiled call (``SACActor(compiled=True)``, off by default: docs/performance.md), beside
-  today's numpy act.
+* ``worker_numpy_sac`` (``--numpy-sac``): the SAC worker whose actor samples in numpy, as
+  before 2026-12-08 (now in one compiled call, ``squashed_gaussian_act``; the lines of
+  2026-12-08 named the other way round, ``worker_compiled_sac``, were measured before).
 
 ``--set rollout.num_envs=32`` (any preset override) measures a wider vector env: one
 forward pass then serves more env steps.
@@ -47,7 +47,7 @@ over it; likewise on the other variants) and
 
 Usage (stack up for ``worker``): ``KAFKA_BOOTSTRAP_SERVERS=host:port python bench/rollout.py
 [--quick] [--preset cartpole-ppo] [--seconds S] [--rounds R] [--profile] [--encode-after]
-[--critic-pass] [--draw-per-act] [--chunk-per-env] [--write-per-step] [--compiled-sac]``.
+[--critic-pass] [--draw-per-act] [--chunk-per-env] [--write-per-step] [--numpy-sac]``.
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def worker(
     """``RolloutWorker.act_share`` (or, ``with_env_only``, only its policy + env steps;
     ``encode_after``: chunks emitted, then encoded, as without numba; ``variant``: one of
     the workers before a change, ``critic_pass``, ``draw_per_act``, ``chunk_per_env`` or
-    ``write_per_step``; or ``compiled_sac``, SAC's compiled act)."""
+    ``write_per_step``; or ``numpy_sac``, SAC's numpy act)."""
     spans, kept = chunker_module._MAX_SPANS, chunker_module._KEPT_STEPS
     if variant == "chunk_per_env":
         chunker_module._MAX_SPANS = 1
@@ -181,10 +181,8 @@ def worker(
         add_critic_pass(actor)
     elif variant == "draw_per_act":
         draw_per_act(actor)
-    elif variant == "compiled_sac":
-        inner = getattr(actor, "inner", actor)
-        inner._kernels = compiled_kernels()
-        assert inner.compiled, "numba did not load: no compiled act to time"
+    elif variant == "numpy_sac":
+        getattr(actor, "inner", actor)._kernels = None
     loop.start()
     if not with_env_only:
         return loop.act_share
@@ -251,9 +249,8 @@ def main() -> int:
         "2026-12-08)",
     )  # fmt: skip
     parser.add_argument(
-        "--compiled-sac", action="store_true",
-        help="also time the SAC worker whose actor samples in one compiled call (off by "
-        "default)",
+        "--numpy-sac", action="store_true",
+        help="also time the SAC worker whose actor samples in numpy (before 2026-12-08)",
     )  # fmt: skip
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
@@ -272,15 +269,15 @@ def main() -> int:
                                       ("draw_per_act", args.draw_per_act),
                                       ("chunk_per_env", args.chunk_per_env),
                                       ("write_per_step", args.write_per_step),
-                                      ("compiled_sac", args.compiled_sac)) if on]  # fmt: skip
+                                      ("numpy_sac", args.numpy_sac)) if on]  # fmt: skip
     if args.critic_pass and preset.algorithm not in ("ppo", "impala"):
         raise ConfigError(f"--critic-pass times an actor-critic's critic; {args.preset} is "
                           f"{preset.algorithm}: use a PPO or IMPALA preset.")  # fmt: skip
     if args.draw_per_act and (preset.algorithm != "ppo" or not continuous(preset)):
         raise ConfigError("--draw-per-act times a Gaussian PPO actor's draws; use "
                           "halfcheetah-ppo or pendulum-ppo.")  # fmt: skip
-    if args.compiled_sac and preset.algorithm != "sac":
-        raise ConfigError(f"--compiled-sac times SAC's compiled act; {args.preset} is "
+    if args.numpy_sac and preset.algorithm != "sac":
+        raise ConfigError(f"--numpy-sac times SAC's numpy act; {args.preset} is "
                           f"{preset.algorithm}: use halfcheetah-sac or pendulum-sac.")  # fmt: skip
     servers = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     loops = {

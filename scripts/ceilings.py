@@ -82,8 +82,8 @@ PATHS = (
           "1 env), env steps per CPU-second", "the bare vector env (MuJoCo), random actions",
           "one env: every step pays the act (the 256x256 numpy pass and the squashed "
           "Gaussian's sampling, 34 us warm, about twice that between MuJoCo steps; a "
-          "compiled act exists but is off, docs/performance.md: 1.127x the worker, paired, "
-          "in `bench/rollout.py --compiled-sac` on 2026-12-08): env + policy alone keeps "
+          "the compiled act, on since 2026-12-08 after this row was measured: 1.127x the "
+          "worker, paired, `bench/rollout.py --numpy-sac`): env + policy alone keeps "
           "0.623. The chunker's steps are kept and written together since 2026-12-08 "
           "(1.019x, paired). 0.627 on 2026-12-07 afternoon's machine (MuJoCo 165 us a "
           "step), 0.517 on the evening's (73 us), 0.623 at night's (~95 us), 0.557 late, on "

@@ -303,10 +303,10 @@ class SACActor:
         compiled: bool = False,
     ) -> None:
         """``compiled``: sample in one numba call (``squashed_gaussian_act``) where numba
-        loads, from the same normal draws as the numpy act. Off by default: with it on,
-        3 of 11 runs of ``test_pendulum_sac_async_solves`` beside two busy loops took
-        338 s, 567 s and over 600 s (one unsolved at 32k env steps) against a slowest
-        280 s with the numpy act, and why is not yet known (docs/performance.md)."""
+        loads, from the same normal draws as the numpy act. The SAC builder asks for it
+        (since 2026-12-08, with ``pendulum-sac``'s backlog bounded: docs/performance.md);
+        off here, so that this actor alone is the numpy act the compiled one is tested
+        against."""
         self.net, self.greedy, self.version = net, greedy, -1
         self.uniform_steps = uniform_steps
         self._rng = np.random.default_rng(seed)
