@@ -83,6 +83,19 @@ from coach_stream.transport.writer import KafkaExperienceWriter
 
 Loop = Callable[[], int]  # one call: some env steps; returns how many
 
+BEFORE = {
+    "critic_pass": "the worker whose act runs the critic too (before 2026-12-07 night)",
+    "draw_per_act": "the worker whose actor asks its generator at every act (before "
+    "2026-12-07 late)",
+    "chunk_per_env": "the worker whose chunker writes each finished chunk at once (before "
+    "2026-12-07 late)",
+    "write_per_step": "the worker whose chunker writes each step's rows as it comes "
+    "(before 2026-12-08)",
+    "numpy_sac": "the SAC worker whose actor samples in numpy (before 2026-12-08)",
+}
+"""The workers as they were before a change (``worker(..., variant=name)``), each timed
+beside today's by its flag (``--critic-pass`` ...)."""
+
 
 def cpu_rate(loop: Loop, seconds: float) -> float:
     """Env steps per CPU-second of ``loop`` run for ``seconds`` of CPU time (warmed first)."""
@@ -229,29 +242,9 @@ def main() -> int:
         "--encode-after", action="store_true",
         help="also time the worker whose chunks are encoded after the chunker emits them",
     )  # fmt: skip
-    parser.add_argument(
-        "--critic-pass", action="store_true",
-        help="also time the worker whose act runs the critic too (before 2026-12-07 night)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--draw-per-act", action="store_true",
-        help="also time the worker whose actor asks its generator at every act (before "
-        "2026-12-07 late)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--chunk-per-env", action="store_true",
-        help="also time the worker whose chunker writes each finished chunk at once (before "
-        "2026-12-07 late)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--write-per-step", action="store_true",
-        help="also time the worker whose chunker writes each step's rows as it comes (before "
-        "2026-12-08)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--numpy-sac", action="store_true",
-        help="also time the SAC worker whose actor samples in numpy (before 2026-12-08)",
-    )  # fmt: skip
+    for name, worker_before in BEFORE.items():
+        flag = "--" + name.replace("_", "-")
+        parser.add_argument(flag, action="store_true", help=f"also time {worker_before}")
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
         help="preset override, e.g. rollout.num_envs=32 (the policy's cost per env step "
@@ -265,11 +258,7 @@ def main() -> int:
     torch.set_num_threads(1)  # as a rollout task runs (one core per worker) ...
     threadpool_limits(limits=1, user_api="blas")  # ... and one BLAS thread (setup_process)
     preset = load_preset(args.preset, args.set)
-    variants = [name for name, on in (("critic_pass", args.critic_pass),
-                                      ("draw_per_act", args.draw_per_act),
-                                      ("chunk_per_env", args.chunk_per_env),
-                                      ("write_per_step", args.write_per_step),
-                                      ("numpy_sac", args.numpy_sac)) if on]  # fmt: skip
+    variants = [name for name in BEFORE if getattr(args, name)]
     if args.critic_pass and preset.algorithm not in ("ppo", "impala"):
         raise ConfigError(f"--critic-pass times an actor-critic's critic; {args.preset} is "
                           f"{preset.algorithm}: use a PPO or IMPALA preset.")  # fmt: skip
