@@ -6,7 +6,8 @@ between env steps. Here they are one call: 1.05-1.07x a CartPole worker's env st
 CPU-second (docs/performance.md, "The compiled act"). Observations and actions travel as
 bytes (each row's ``.view(np.uint8)``), so one compiled signature serves every env's dtype
 and shape. What follows a step (finding the chunks that are ready, emitting them) stays in
-``Chunker``.
+``Chunker``, except where it keeps its steps (``rollout.kept_steps``): ``record_steps``
+writes up to 128 of them in one call and closes their chunks as ``close_chunks`` does.
 
 ``python -m coach_stream.rollout.compiled`` fills numba's cache for this and the compiled
 act (``policies.compiled``); ``make setup`` and the runtime image build run it.
